@@ -1,0 +1,1 @@
+"""hookledger entry points: the Starlette service and the ``hookledger`` CLI."""

@@ -1,0 +1,49 @@
+"""Composition root: builds the ledger, read models and runner from :class:`Settings`.
+
+The only place that turns configuration into objects; everything else receives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from ledger.app import Ledger
+from ledger.config import Settings
+from ledger.verify import Anchor
+from projections.runner import ProjectionRunner, ReadModels
+from projections.store import make_engine
+
+
+@dataclass
+class Services:
+    settings: Settings
+    ledger: Ledger
+    models: ReadModels
+    runner: ProjectionRunner
+
+    def close(self) -> None:
+        self.ledger.close()
+        self.models.engine.dispose()
+
+    def anchors(self) -> Iterator[Anchor]:
+        """Anchors for :func:`ledger.verify.verify_store`, from ``event_index``."""
+        ei = self.models.table("event_index")
+        with self.models.engine.connect() as conn:
+            rows = conn.execute(
+                select(ei.c.position, ei.c.stream_id, ei.c.version, ei.c.digest).order_by(ei.c.position)
+            )
+            for r in rows:
+                yield Anchor(int(r[0]), r[1], int(r[2]), r[3])
+
+
+def build(settings: Settings, *, cache_size: int = 0) -> Services:
+    """Open the event store and the read models (creating tables when needed)."""
+    env = settings.event_store_env()
+    if cache_size:
+        env["AGGREGATE_CACHE_MAXSIZE"] = str(cache_size)
+    ledger = Ledger(env)
+    models = ReadModels(make_engine(settings.views_url(), settings.database_schema))
+    return Services(settings, ledger, models, ProjectionRunner(ledger, models))

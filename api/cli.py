@@ -1,0 +1,224 @@
+"""The ``hookledger`` command line (click). The composition root for CLI processes.
+
+Commands that read (``sessions``, ``show``, ``stats``) first catch the projections up
+with everything already in the log, so they answer with all of it applied.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ledger.config import Settings
+
+
+def _services(ctx: click.Context) -> Any:
+    from api.bootstrap import build
+
+    obj = ctx.ensure_object(dict)
+    if "services" not in obj:
+        obj["services"] = build(obj["settings"])
+        ctx.call_on_close(obj["services"].close)
+    return obj["services"]
+
+
+def _dump(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+@click.group()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Data directory (env HOOKLEDGER_DATA_DIR; default: the platform user data dir).",
+)
+@click.pass_context
+def main(ctx: click.Context, data_dir: Path | None) -> None:
+    """hookledger: an event-sourced, verifiable ledger of AI coding-agent sessions."""
+    ctx.ensure_object(dict)["settings"] = Settings.from_env(data_dir)
+
+
+@main.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def import_cmd(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
+    """Import agent transcripts (files or directories, recursively)."""
+    from ledger.importer import discover, import_paths
+
+    services = _services(ctx)
+    files = discover(paths)
+    with click.progressbar(length=len(files), label="importing", file=sys.stderr) as bar:
+        summary = import_paths(services.ledger, files, progress=lambda _p: bar.update(1))
+    services.runner.catch_up()
+    data = summary.as_dict()
+    if as_json:
+        _dump(data)
+        return
+    click.echo(
+        f"{data['files']} files: {data['sessions_added']} sessions added "
+        f"({data['sessions_touched']} touched), {data['events_appended']} events appended, "
+        f"{data['duplicates_skipped']} duplicates skipped, {data['rejected']} lines rejected"
+    )
+    for skipped in data["files_skipped"]:  # type: ignore[union-attr]
+        click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="A JSON array, one object per session.")
+@click.option("--limit", type=int, default=None)
+@click.option("--agent", default=None)
+@click.option("--status", default=None)
+@click.pass_context
+def sessions(ctx: click.Context, as_json: bool, limit: int | None, agent: str | None, status: str | None) -> None:
+    """List sessions, most recent activity first."""
+    from projections import queries
+
+    services = _services(ctx)
+    services.runner.catch_up()
+    rows = queries.list_sessions(services.models, limit=limit, agent=agent, status=status)
+    if as_json:
+        _dump(rows)
+        return
+    for r in rows:
+        click.echo(
+            f"{r['id'][:8]}  {r['agent']:<11} {r['status']:<10} prompts={r['prompt_count']:<3} "
+            f"tools={r['tool_call_count']:<4} in={r['input_tokens']} out={r['output_tokens']} "
+            f"last={r['last_activity_at']}  {r['external_id']}"
+        )
+
+
+@main.command()
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def show(ctx: click.Context, session: str, as_json: bool) -> None:
+    """Show one session (ledger id, agent's session id, or id prefix)."""
+    from projections import queries
+
+    services = _services(ctx)
+    services.runner.catch_up()
+    sid = queries.find_session_id(services.models, session)
+    found = queries.get_session(services.models, sid) if sid else None
+    if found is None:
+        raise click.ClickException(f"no such session: {session}")
+    if as_json:
+        _dump(found)
+        return
+    click.echo(f"{found['id']}  {found['agent']}  {found['status']}  {found['external_id']}")
+    for b in found["batches"]:
+        click.echo(f"  batch {b['batch']} [{b['status']}] {b['started_at']}: {(b['prompt'] or '')[:100]!r}")
+        for c in found["tool_calls"]:
+            if c["batch"] == b["batch"]:
+                mark = "!" if c["is_error"] else " "
+                click.echo(f"    {mark} {c['tool_name']:<16} {c['duration_ms'] or '-':>8} ms  {c['status']}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Counts: events, sessions, rejected inputs, prompts, tool calls."""
+    from projections import queries
+
+    services = _services(ctx)
+    services.runner.catch_up()
+    data = queries.stats(services.models)
+    if as_json:
+        _dump(data)
+    else:
+        click.echo("  ".join(f"{k}={v}" for k, v in data.items()))
+
+
+@main.command()
+@click.pass_context
+def verify(ctx: click.Context) -> None:
+    """Recompute every hash chain; exit 1 naming the session and position on a problem."""
+    from ledger.verify import verify_store
+
+    services = _services(ctx)
+    report = verify_store(services.ledger.recorder, services.ledger.mapper, services.anchors())
+    if report.ok:
+        click.echo(f"ok: {report.events} events in {report.streams} streams, {report.anchors} anchors checked")
+        return
+    for problem in report.problems:
+        click.echo(f"FAIL {problem}", err=True)
+    ctx.exit(1)
+
+
+@main.group()
+def projections() -> None:
+    """Projection positions, lag and rebuilds."""
+
+
+@projections.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def projections_status(ctx: click.Context, as_json: bool) -> None:
+    services = _services(ctx)
+    rows = [{"name": s.name, "position": s.position, "head": s.head, "lag": s.lag} for s in services.runner.status()]
+    if as_json:
+        _dump(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['name']:<16} position={r['position']:<10} head={r['head']:<10} lag={r['lag']}")
+
+
+@projections.command("rebuild")
+@click.argument("name", required=False)
+@click.pass_context
+def projections_rebuild(ctx: click.Context, name: str | None) -> None:
+    """Rebuild one projection (or all) from position 0 into fresh tables, then swap."""
+    from projections.runner import PROJECTION_CLASSES
+
+    services = _services(ctx)
+    names = [name] if name else list(PROJECTION_CLASSES)
+    for n in names:
+        if n not in PROJECTION_CLASSES:
+            raise click.BadParameter(f"unknown projection {n!r}; known: {', '.join(PROJECTION_CLASSES)}")
+        applied = services.runner.rebuild(n)
+        click.echo(f"rebuilt {n}: {applied} events")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8765, show_default=True, type=int)
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int) -> None:
+    """Run the HTTP service (single writer of the store)."""
+    import uvicorn
+
+    from api.app import create_app
+    from api.bootstrap import build
+
+    settings = ctx.obj["settings"]
+    services = build(settings, cache_size=256)
+    click.echo(f"hookledger serving {settings.data_dir} on http://{host}:{port}", err=True)
+    try:
+        uvicorn.run(create_app(services), host=host, port=port, log_level="warning")
+    finally:
+        services.close()
+
+
+@main.command()
+@click.argument("agent")
+@click.pass_context
+def hook(ctx: click.Context, agent: str) -> None:
+    """Read one hook payload on stdin and send it to the server (always exits 0)."""
+    from api.hook_client import run
+
+    settings = ctx.obj["settings"]
+    try:
+        run(agent, str(settings.data_dir))
+    except Exception:
+        click.echo("{}")
+    ctx.exit(0)
+
+
+if __name__ == "__main__":
+    main()

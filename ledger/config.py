@@ -1,0 +1,76 @@
+"""Configuration, built once by the composition root (the CLI or a test) and passed in.
+
+* Embedded default: SQLite files under one data directory — ``events.db`` (event
+  store, eventsourcing's SQLite recorder with :mod:`ledger.recorders` polling
+  subscriptions) and ``views.db`` (read models).
+* Scale: ``HOOKLEDGER_DATABASE_URL=postgresql://user@host:port/db`` puts the event store
+  (eventsourcing's PostgreSQL recorder, LISTEN/NOTIFY) and the read models in
+  PostgreSQL; ``HOOKLEDGER_DATABASE_SCHEMA`` picks a schema. Same code path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    database_url: str | None = None
+    database_schema: str | None = None
+
+    @classmethod
+    def from_env(cls, data_dir: str | Path | None = None) -> Settings:
+        """``--data-dir`` beats ``HOOKLEDGER_DATABASE_DIR``; default: the platform user data dir."""
+        chosen = data_dir or os.environ.get("HOOKLEDGER_DATA_DIR")
+        if not chosen:
+            import platformdirs
+
+            chosen = platformdirs.user_data_dir("hookledger")
+        return cls(
+            data_dir=Path(chosen).expanduser(),
+            database_url=os.environ.get("HOOKLEDGER_DATABASE_URL") or None,
+            database_schema=os.environ.get("HOOKLEDGER_DATABASE_SCHEMA") or None,
+        )
+
+    @property
+    def is_postgres(self) -> bool:
+        return bool(self.database_url) and self.database_url.split(":", 1)[0].startswith("postgres")
+
+    def event_store_env(self) -> dict[str, str]:
+        """Environment for the eventsourcing ``Ledger`` application."""
+        if self.is_postgres:
+            url = make_url(self.database_url or "")
+            env = {
+                "PERSISTENCE_MODULE": "eventsourcing.postgres",
+                "POSTGRES_DBNAME": url.database or "postgres",
+                "POSTGRES_HOST": url.host or "127.0.0.1",
+                "POSTGRES_PORT": str(url.port or 5432),
+                "POSTGRES_USER": url.username or "postgres",
+                "POSTGRES_PASSWORD": url.password or "",
+                "POSTGRES_LOCK_TIMEOUT": "30",
+            }
+            if self.database_schema:
+                env["POSTGRES_SCHEMA"] = self.database_schema
+            return env
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": str(self.data_dir / "events.db"),
+            "SQLITE_LOCK_TIMEOUT": "30",
+            "APPLICATION_RECORDER_TOPIC": "ledger.recorders:PollingSQLiteApplicationRecorder",
+        }
+
+    def views_url(self) -> str:
+        """SQLAlchemy URL of the read models."""
+        if self.is_postgres:
+            url = make_url(self.database_url or "").set(drivername="postgresql+psycopg")
+            return url.render_as_string(hide_password=False)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.data_dir / 'views.db'}"

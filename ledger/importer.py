@@ -1,0 +1,128 @@
+"""``hookledger import``: find agent files, detect their format, record them.
+
+Files are read whole, parsed by the source module of their format and recorded with
+:meth:`ledger.app.Ledger.record`; re-importing a file appends nothing (idempotency
+keys), and a grown file appends only what is new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from ledger.app import Ledger, RecordResult
+from ledger.observation import Observation, Rejected
+from ledger.sources import claude_transcript
+
+SUFFIXES = (".jsonl", ".json")
+
+
+@dataclass
+class ImportSummary:
+    files: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    result: RecordResult = field(default_factory=RecordResult)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "files": self.files,
+            "sessions_added": self.result.sessions_created,
+            "sessions_touched": len(self.result.sessions),
+            "events_appended": self.result.appended,
+            "duplicates_skipped": self.result.duplicates,
+            "rejected": self.result.rejected,
+            "files_skipped": [{"path": p, "reason": r} for p, r in self.skipped],
+        }
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Files under ``paths`` (recursively for directories) with a known suffix, sorted."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found.extend(f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in SUFFIXES)
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise FileNotFoundError(f"no such file or directory: {p}")
+    return found
+
+
+def detect(path: Path, head: bytes) -> str | None:
+    """Format of a file from its name and first bytes; None when not an agent file."""
+    if path.name.endswith(".meta.json"):
+        return None
+    stripped = head.lstrip()
+    if path.suffix == ".jsonl":
+        return "claude-code.transcript" if _looks_like_claude(head.split(b"\n")) else None
+    if stripped.startswith(b"["):
+        return "claude-code.transcript-array"
+    return None
+
+
+_CLAUDE_TYPES = {"user", "assistant", "system", "summary", "progress", "file-history-snapshot",
+                 "queue-operation", "attachment"}
+
+
+def _looks_like_claude(lines: list[bytes]) -> bool:
+    """Claude Code transcript lines carry ``sessionId`` (camelCase) and a known ``type``;
+    Gemini JSONL carries ``projectHash``/``$set``; stream-json uses ``session_id``."""
+    seen = False
+    for line in lines[:-1] or lines:
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        if "projectHash" in rec or "$set" in rec or "payload" in rec:
+            return False
+        if "sessionId" in rec and rec.get("type") in _CLAUDE_TYPES:
+            seen = True
+    return seen
+
+
+def parse_file(path: Path) -> Iterator[Observation | Rejected]:
+    """Observations and rejected lines of one file (raises ValueError if unknown)."""
+    data = path.read_bytes()
+    fmt = detect(path, data[: 1 << 20])
+    source = str(path)
+    if fmt == "claude-code.transcript":
+        yield from claude_transcript.parse_records(data.split(b"\n"), source)
+    elif fmt == "claude-code.transcript-array":
+        if _is_hook_log(data):
+            raise ValueError("a JSON array of hook payloads (replay it with POST /v1/hooks/…)")
+        yield from claude_transcript.parse_array(data, source)
+    else:
+        raise ValueError("not a recognised agent transcript")
+
+
+def _is_hook_log(data: bytes) -> bool:
+    try:
+        records = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return bool(records) and isinstance(records[0], dict) and "hook_event_name" in records[0]
+
+
+def import_paths(
+    ledger: Ledger,
+    paths: Iterable[str | Path],
+    progress: Callable[[Path], None] | None = None,
+) -> ImportSummary:
+    """Import every agent file under ``paths``; one bad file never stops the rest."""
+    summary = ImportSummary()
+    for path in discover(paths):
+        try:
+            items = list(parse_file(path))
+        except ValueError as e:
+            summary.skipped.append((str(path), str(e)))
+        else:
+            summary.files += 1
+            summary.result.add(ledger.record(items))
+        if progress is not None:
+            progress(path)
+    return summary

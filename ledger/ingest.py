@@ -1,0 +1,66 @@
+"""Hook ingestion semantics, shared by ``POST /v1/hooks/{agent}`` and the spool.
+
+A body that cannot be parsed or attributed is recorded as rejected input (with the
+reason) and reported as such; it is never dropped and never raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+
+from ledger.app import Ledger, RecordResult
+from ledger.observation import Rejected
+from ledger.sources import claude_hooks
+
+HOOK_PARSERS = {"claude-code": claude_hooks}
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class UnknownAgentError(ValueError):
+    pass
+
+
+@dataclass
+class IngestOutcome:
+    result: RecordResult
+    error: str | None = None
+
+
+def ingest_hook(
+    ledger: Ledger,
+    agent: str,
+    body: bytes,
+    capture_key: str,
+    captured_at: datetime | None = None,
+) -> IngestOutcome:
+    """Parse and record one hook body. ``error`` is set when the body was rejected."""
+    module = HOOK_PARSERS.get(agent)
+    source = f"hook:{agent}"
+    at = captured_at or datetime.now(UTC)
+    if module is None:
+        reason = f"unknown agent {agent!r} (known: {', '.join(sorted(HOOK_PARSERS))})"
+        return _reject(ledger, source, capture_key, reason, body, agent)
+    if len(body) > MAX_BODY_BYTES:
+        return _reject(ledger, source, capture_key, f"body larger than {MAX_BODY_BYTES} bytes", body, agent)
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        reason = f"not valid JSON: {e}"
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            reason = "not valid UTF-8 JSON"
+        return _reject(ledger, source, capture_key, reason, body, agent)
+    try:
+        observations = module.parse_hook(payload, capture_key, at)
+    except claude_hooks.HookPayloadError as e:
+        return _reject(ledger, source, capture_key, str(e), body, agent)
+    return IngestOutcome(ledger.record(observations))
+
+
+def _reject(ledger: Ledger, source: str, key: str, reason: str, body: bytes, agent: str) -> IngestOutcome:
+    rejected = Rejected(source, f"capture {key}", reason, body, agent, f"{agent}.hook")
+    return IngestOutcome(ledger.record([rejected]), error=reason)

@@ -1,0 +1,119 @@
+"""Normalised facts that source adapters hand to the ledger.
+
+A source adapter (one module per agent format) turns raw records into
+:class:`Observation` objects: which session, which domain event class, its payload,
+its idempotency key and the raw record. It never touches the event store; the
+:class:`~ledger.app.Ledger` application decides what is new and appends it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+SESSION_NAMESPACE = uuid.UUID("6f1c2a52-39a4-4bb5-8a4e-0c5a3d1f9b21")
+
+
+def session_id(agent: str, external_id: str) -> uuid.UUID:
+    """Deterministic aggregate id: ``uuid5(NAMESPACE, f"{agent}:{external_id}")``."""
+    return uuid.uuid5(SESSION_NAMESPACE, f"{agent}:{external_id}")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    """Identifies a session as its agent names it.
+
+    ``external_id`` is the agent's own id (Claude Code ``sessionId``; a subagent run is
+    ``"{sessionId}/agent-{agentId}"``). ``parent_external_id`` links a child session
+    (subagent) to its parent.
+    """
+
+    agent: str
+    external_id: str
+    parent_external_id: str | None = None
+    agent_type: str | None = None
+    cwd: str | None = None
+
+    @property
+    def id(self) -> uuid.UUID:
+        return session_id(self.agent, self.external_id)
+
+    @property
+    def parent_id(self) -> uuid.UUID | None:
+        if self.parent_external_id is None:
+            return None
+        return session_id(self.agent, self.parent_external_id)
+
+
+@dataclass(slots=True)
+class Observation:
+    """One fact about one session, ready to be appended as a domain event.
+
+    Attributes:
+        session: the session it belongs to.
+        kind: name of the ``Session`` event class (e.g. ``"PromptSubmitted"``).
+        key: idempotency key (see :class:`ledger.envelope.LedgerEvent`).
+        data: the event's payload fields.
+        source_format, source_version, occurred_at: envelope fields.
+        raw: the raw source record (already privacy-processed) or None.
+        record_key: key of the source record (several facts may share one record).
+        alias_keys: other keys of the same fact from other sources.
+        after_prompt: key of the prompt this fact follows in its own source order;
+            lets a late import attribute the fact to the right prompt batch.
+        redactions: privacy redactions applied.
+    """
+
+    session: SessionRef
+    kind: str
+    key: str
+    data: dict[str, Any]
+    source_format: str
+    source_version: str | None = None
+    occurred_at: datetime | None = None
+    raw: Any = None
+    record_key: str | None = None
+    alias_keys: tuple[str, ...] = ()
+    after_prompt: str | None = None
+    redactions: tuple[Any, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Rejected:
+    """Input that could not be understood: kept whole, with the reason.
+
+    ``source`` names where it came from (file path or ``hook:<agent>``), ``location``
+    the line number or request, ``data`` the raw bytes.
+    """
+
+    source: str
+    location: str
+    reason: str
+    data: bytes
+    agent: str = "unknown"
+    source_format: str = "unknown"
+
+    @property
+    def key(self) -> str:
+        h = hashlib.sha256(self.data)
+        h.update(f"\0{self.source}\0{self.location}".encode())
+        return "rejected:" + h.hexdigest()[:32]
+
+
+def json_hash(value: Any) -> str:
+    """Short stable hash of a JSON value (sorted keys): 16 hex chars of sha256."""
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        data = repr(value).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def text_key(prefix: str, text: str, occurrence: int) -> str:
+    """Content-derived key: ``f"{prefix}:{sha256(text)[:16]}:{occurrence}"``."""
+    return f"{prefix}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}:{occurrence}"

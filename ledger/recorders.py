@@ -1,0 +1,70 @@
+"""Closing eventsourcing 9.5's SQLite gap: ``subscribe()`` by polling.
+
+``SQLiteApplicationRecorder.subscribe()`` raises ``NotImplementedError`` in 9.5.6
+(only POPO and PostgreSQL implement it). :class:`PollingSQLiteApplicationRecorder`
+returns a :class:`PollingSubscription`: the library's ``ListenNotifySubscription``
+pull loop, woken every ``interval`` seconds (no NOTIFY exists in SQLite) and at once
+when a writer in the same process calls :meth:`PollingSQLiteApplicationRecorder.nudge`.
+Selected with ``APPLICATION_RECORDER_TOPIC`` (see :mod:`ledger.config`), so the
+library's ``ProjectionRunner`` and ``ApplicationSubscription`` work on SQLite.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+
+from eventsourcing.persistence import ApplicationRecorder, ListenNotifySubscription
+from eventsourcing.sqlite import SQLiteApplicationRecorder
+
+POLL_INTERVAL_S = 0.05
+
+
+class PollingSubscription(ListenNotifySubscription[ApplicationRecorder]):
+    """Pulls new notifications every ``interval`` seconds or when nudged."""
+
+    def __init__(
+        self,
+        recorder: PollingSQLiteApplicationRecorder,
+        gt: int | None = None,
+        topics: Sequence[str] = (),
+        interval: float = POLL_INTERVAL_S,
+    ) -> None:
+        self._interval = interval
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        recorder._subscriptions.add(self)
+        self._poll_thread = threading.Thread(target=self._poll, daemon=True)
+        self._poll_thread.start()
+
+    def nudge(self) -> None:
+        self._has_been_notified.set()
+
+    def _poll(self) -> None:
+        while not self._has_been_stopped:
+            self._has_been_notified.set()
+            threading.Event().wait(self._interval)
+
+    def __exit__(self, *args: object, **kwargs: object) -> None:
+        try:
+            super().__exit__(*args, **kwargs)
+        finally:
+            self._poll_thread.join()
+
+
+class PollingSQLiteApplicationRecorder(SQLiteApplicationRecorder):
+    """SQLite application recorder whose ``subscribe()`` works (by polling)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._subscriptions: weakref.WeakSet[PollingSubscription] = weakref.WeakSet()
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> PollingSubscription:
+        return PollingSubscription(self, gt=gt, topics=topics)
+
+    def nudge(self) -> None:
+        """Wake every subscription of this process now (called after each save)."""
+        for subscription in list(self._subscriptions):
+            subscription.nudge()

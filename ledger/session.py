@@ -1,0 +1,438 @@
+"""The ``Session`` aggregate: one event stream per agent session.
+
+Event classes are nested here and are a storage contract: their topics
+(``ledger.session:Session.<Name>``) are persisted. Evolve a payload with
+``class_version`` and ``upcast_vN_vN+1``; never rename or move a class without
+registering the old topic.
+
+Units: tokens are counts; ``duration_ms`` milliseconds; times are UTC datetimes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+from uuid import UUID
+
+from eventsourcing.domain import BaseAggregate, CanInitAggregate
+from eventsourcing.utils import get_topic
+
+from ledger.envelope import LedgerEvent, Redaction, chain_digest
+from ledger.lifecycle import ENDED_STATES, SessionStatus
+from ledger.observation import Observation, json_hash
+
+S = SessionStatus
+
+# Facts that show the agent is alive; on an ended session they reopen it.
+_ACTIVITY = frozenset(
+    {
+        "Started",
+        "PromptSubmitted",
+        "AssistantReplied",
+        "ToolCallStarted",
+        "ToolCallCompleted",
+        "TurnEnded",
+        "PermissionRequested",
+    }
+)
+
+
+class Session(BaseAggregate[UUID]):
+    """State of one agent session, rebuilt from its events.
+
+    Commands: :meth:`open` (class method) and :meth:`observe`. Observed facts are never
+    refused: a duplicate (same ``event_key`` or alias) is ignored, anything else is
+    appended, reopening an ended session first when it is new activity.
+    """
+
+    class Event(LedgerEvent):
+        """Base of session events: envelope + ``status`` (the lifecycle state after
+        this event) and ``batch`` (1-based prompt batch; 0 = before the first prompt)."""
+
+        status: SessionStatus
+        batch: int = 0
+
+    class Opened(Event, CanInitAggregate[UUID]):
+        """First event of every stream. ``parent_id`` links a subagent run to its parent."""
+
+        originator_topic: str
+        external_id: str
+        parent_id: UUID | None = None
+        agent_type: str | None = None
+        cwd: str | None = None
+
+    class Started(Event):
+        """The agent (re)started the session: ``source`` startup|resume|clear|compact."""
+
+        source: str | None = None
+        model: str | None = None
+        permission_mode: str | None = None
+
+    class PromptSubmitted(Event):
+        """Input to the agent. ``prompt_kind``: ``human`` (typed by a person) and
+        ``task`` (a subagent's task prompt) open a prompt batch and count as prompts;
+        ``command`` (``/name args``) and ``task_notification`` are recorded but do not."""
+
+        text: str
+        prompt_id: str | None = None
+        prompt_kind: str = "human"
+
+    class AssistantReplied(Event):
+        """Assistant output (one transcript record; several may share ``message_id``)."""
+
+        message_id: str | None = None
+        model: str | None = None
+        text: str = ""
+        stop_reason: str | None = None
+        has_thinking: bool = False
+
+    class ToolCallStarted(Event):
+        tool_use_id: str
+        tool_name: str
+        tool_input: Any = None
+        message_id: str | None = None
+
+    class ToolCallCompleted(Event):
+        """A tool call finished; ``is_error`` with ``error`` when it failed (ms units)."""
+
+        tool_use_id: str
+        tool_name: str | None = None
+        output: Any = None
+        is_error: bool = False
+        error: str | None = None
+        duration_ms: int | None = None
+        interrupted: bool = False
+
+    class UsageRecorded(Event):
+        """Token usage of one model response. Several records of one ``message_id``:
+        the last one recorded wins (read models replace, never add). Tokens: counts;
+        ``input_tokens`` excludes cache reads (Anthropic convention)."""
+
+        message_id: str
+        model: str | None = None
+        input_tokens: int = 0
+        output_tokens: int = 0
+        cache_creation_input_tokens: int = 0
+        cache_read_input_tokens: int = 0
+
+    class TurnEnded(Event):
+        """The agent stopped and waits for the user (Stop hook, turn_duration record)."""
+
+        reason: str | None = None
+        last_assistant_message: str | None = None
+        duration_ms: int | None = None
+
+    class Compacted(Event):
+        trigger: str | None = None
+        pre_tokens: int | None = None
+        summary: str | None = None
+
+    class SubagentLinked(Event):
+        """Lineage: a subagent run (child session) was spawned by ``tool_use_id``."""
+
+        child_id: UUID
+        child_external_id: str
+        agent_id: str
+        agent_type: str | None = None
+        tool_use_id: str | None = None
+
+    class LinkedToParent(Event):
+        """Lineage seen from the child: the parent tool call that spawned this run."""
+
+        parent_id: UUID
+        parent_tool_use_id: str | None = None
+
+    class SubagentStopped(Event):
+        child_id: UUID | None = None
+        agent_id: str | None = None
+        agent_type: str | None = None
+        last_assistant_message: str | None = None
+
+    class NotificationReceived(Event):
+        message: str | None = None
+        notification_type: str | None = None
+        title: str | None = None
+
+    class PermissionRequested(Event):
+        tool_name: str | None = None
+        tool_input: Any = None
+        suggestions: Any = None
+
+    class Ended(Event):
+        """The agent ended the session (``reason`` as the agent gave it)."""
+
+        reason: str | None = None
+
+    class Reopened(Event):
+        """Activity arrived on an ended session; ``cause_key`` names that activity."""
+
+        reason: str
+        from_status: SessionStatus
+        cause_key: str
+
+    class RecordObserved(Event):
+        """A source record with no modelled fact (progress, snapshot, attachment, …),
+        kept whole in ``raw`` so a better parser can re-derive facts later."""
+
+        record_type: str
+
+    class UnknownHookEvent(Event):
+        """A hook whose ``hook_event_name`` this version does not know; raw kept."""
+
+        hook_event_name: str
+
+    EVENT_CLASSES: ClassVar[dict[str, type[Session.Event]]] = {}
+
+    def __init__(
+        self,
+        external_id: str,
+        agent: str,
+        parent_id: UUID | None = None,
+        agent_type: str | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        self.external_id = external_id
+        self.agent = agent
+        self.parent_id = parent_id
+        self.agent_type = agent_type
+        self.cwd = cwd
+        self.status = S.CREATED
+        self.batch = 0
+        self.batch_open = False
+        self.head_digest = ""
+        self.seen_keys: set[str] = set()
+        self.batch_of_key: dict[str, int] = {}
+        self.ended_at: datetime | None = None
+        self.hook_prompt_counts: dict[str, int] = {}
+        self.unpaired_calls: dict[str, tuple[str, str]] = {}
+        self._now = self.created_on
+
+    # -- construction -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, first: Observation, recorded_at: datetime) -> Session:
+        """Create the stream for ``first.session`` (event key ``"opened"``)."""
+        ref = first.session
+        fields: dict[str, Any] = {
+            "originator_topic": get_topic(cls),
+            "originator_id": ref.id,
+            "originator_version": 1,
+            "timestamp": recorded_at,
+            "event_key": "opened",
+            "agent": ref.agent,
+            "source_format": first.source_format,
+            "source_version": first.source_version,
+            "occurred_at": first.occurred_at,
+            "status": S.CREATED,
+            "external_id": ref.external_id,
+            "parent_id": ref.parent_id,
+            "agent_type": ref.agent_type,
+            "cwd": ref.cwd,
+        }
+        event = cls.Opened(**fields)
+        event = event.model_copy(update={"digest": chain_digest("", event)})
+        agg = event.mutate(None)
+        assert isinstance(agg, Session)
+        agg.pending_events.append(event)
+        return agg
+
+    # -- commands -----------------------------------------------------------------
+
+    def observe(self, obs: Observation, recorded_at: datetime) -> int:
+        """Append the fact unless its key (or an alias) is already in the stream.
+
+        Returns the number of events appended (0 for a duplicate; 2 when the fact
+        reopened an ended session).
+        """
+        if obs.key in self.seen_keys or any(k in self.seen_keys for k in obs.alias_keys):
+            return 0
+        alias_keys = obs.alias_keys
+        cls = self.EVENT_CLASSES[obs.kind]
+        self._now = recorded_at
+        if "pair" in obs.extra:
+            obs.data["tool_use_id"] = self._pair_tool_call(obs)
+        hook_hash = obs.extra.get("hook_prompt_hash")
+        batch = self._batch_for(obs)
+        historical = self._is_historical(obs, batch)
+        appended = 0
+        if obs.kind in _ACTIVITY and self.status in ENDED_STATES and not historical:
+            self._append(
+                Session.Reopened,
+                obs,
+                key=f"reopened:{obs.key}",
+                status=S.ACTIVE,
+                batch=self.batch,
+                raw=None,
+                data={
+                    "reason": f"{obs.kind} after the session was {self.status.value.lower()}",
+                    "from_status": self.status,
+                    "cause_key": obs.key,
+                },
+            )
+            appended += 1
+        if obs.kind == "PromptSubmitted" and hook_hash is not None:
+            alias = f"prompt:{hook_hash}:{self.hook_prompt_occurrence(hook_hash)}"
+            if alias in self.seen_keys:
+                return 0
+            alias_keys = (*alias_keys, alias)
+        if obs.kind == "PromptSubmitted" and not historical and opens_batch(obs.data):
+            batch = self.batch + 1
+        status = self.status if historical else _next_status(self.status, obs)
+        self._append(
+            cls, obs, key=obs.key, status=status, batch=batch, raw=obs.raw, data=obs.data,
+            alias_keys=alias_keys,
+        )
+        return appended + 1
+
+    def hook_prompt_occurrence(self, text_hash: str) -> int:
+        """1-based occurrence of a prompt text among prompts delivered by hooks."""
+        return self.hook_prompt_counts.get(text_hash, 0) + 1
+
+    # -- internals ----------------------------------------------------------------
+
+    def _pair_tool_call(self, obs: Observation) -> str:
+        """Tool-call id for hook payloads that carry none (2025 builds): a Pre gets
+        ``hook-<capture>``; a Post takes the oldest open Pre of the same tool and input."""
+        own = "hook-" + obs.key.removeprefix("hook:")
+        if obs.kind == "ToolCallStarted":
+            return own
+        pair = obs.extra["pair"]
+        for tool_use_id, open_pair in self.unpaired_calls.items():
+            if open_pair == pair:
+                return tool_use_id
+        return own
+
+    def _batch_for(self, obs: Observation) -> int:
+        if obs.after_prompt is not None and obs.after_prompt in self.batch_of_key:
+            return self.batch_of_key[obs.after_prompt]
+        return self.batch
+
+    def _is_historical(self, obs: Observation, batch: int) -> bool:
+        """A late record of the past (e.g. a transcript imported after the hooks)."""
+        if obs.after_prompt is not None and batch < self.batch:
+            return True
+        return (
+            self.status in ENDED_STATES
+            and self.ended_at is not None
+            and obs.occurred_at is not None
+            and obs.occurred_at <= self.ended_at
+        )
+
+    def _append(
+        self,
+        cls: type[Session.Event],
+        obs: Observation,
+        *,
+        key: str,
+        status: SessionStatus,
+        batch: int,
+        raw: Any,
+        data: dict[str, Any],
+        alias_keys: tuple[str, ...] = (),
+    ) -> None:
+        event = cls(
+            originator_id=self.id,
+            originator_version=self.version + 1,
+            timestamp=self._now,
+            event_key=key,
+            alias_keys=alias_keys,
+            agent=obs.session.agent,
+            source_format=obs.source_format,
+            source_version=obs.source_version,
+            occurred_at=obs.occurred_at,
+            raw=raw,
+            record_key=obs.record_key,
+            redactions=tuple(Redaction.model_validate(r) for r in obs.redactions)
+            if key == obs.key
+            else (),
+            status=status,
+            batch=batch,
+            **data,
+        )
+        event = event.model_copy(update={"digest": chain_digest(self.head_digest, event)})
+        event.mutate(self)
+        self.pending_events.append(event)
+
+    def apply_event(self, event: LedgerEvent) -> None:
+        """Evolve state from one event (called by ``mutate``; no decisions here)."""
+        assert isinstance(event, Session.Event)
+        self.seen_keys.add(event.event_key)
+        self.seen_keys.update(event.alias_keys)
+        self.head_digest = event.digest
+        previous_batch = self.batch
+        self.status = event.status
+        self.batch = max(self.batch, event.batch)
+        match event:
+            case Session.PromptSubmitted():
+                if event.batch > previous_batch and opens_batch({"prompt_kind": event.prompt_kind}):
+                    self.batch_open = True
+                for k in (event.event_key, *event.alias_keys):
+                    self.batch_of_key[k] = event.batch
+                if event.source_format.endswith(".hook"):
+                    h = _alias_hash(event.alias_keys)
+                    if h is not None:
+                        self.hook_prompt_counts[h] = self.hook_prompt_counts.get(h, 0) + 1
+            case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
+                self.unpaired_calls[event.tool_use_id] = (event.tool_name, json_hash(event.tool_input))
+            case Session.ToolCallCompleted() if event.tool_use_id in self.unpaired_calls:
+                del self.unpaired_calls[event.tool_use_id]
+            case Session.TurnEnded():
+                if event.batch == self.batch:
+                    self.batch_open = False
+            case Session.Ended():
+                self.batch_open = False
+                self.ended_at = event.occurred_at or event.timestamp
+            case Session.Reopened():
+                self.ended_at = None
+            case Session.Opened():
+                pass
+            case _:
+                pass
+
+
+def opens_batch(data: dict[str, Any]) -> bool:
+    """Human prompts and subagent task prompts open a prompt batch."""
+    return data.get("prompt_kind", "human") in ("human", "task")
+
+
+def _alias_hash(alias_keys: tuple[str, ...]) -> str | None:
+    for k in alias_keys:
+        if k.startswith("prompt:"):
+            return k.split(":")[1]
+    return None
+
+
+def _next_status(current: SessionStatus, obs: Observation) -> SessionStatus:
+    """Map an observed fact onto the lifecycle (DESIGN.md); observed facts never fail."""
+    kind = obs.kind
+    if kind == "Ended":
+        return S.COMPLETED
+    if kind == "Started":
+        return S.ACTIVE
+    if kind == "PromptSubmitted":
+        return S.PROCESSING
+    if kind == "TurnEnded":
+        return S.WAITING
+    if current in ENDED_STATES:
+        # Reopened just moved an ended session to ACTIVE; anything else stays.
+        return current
+    if current is S.PAUSED:
+        return current
+    if kind == "AssistantReplied":
+        return S.WAITING if obs.data.get("stop_reason") == "end_turn" else S.PROCESSING
+    if kind in ("ToolCallStarted", "ToolCallCompleted"):
+        return S.PROCESSING
+    if kind in ("NotificationReceived", "PermissionRequested"):
+        ntype = obs.data.get("notification_type")
+        if kind == "PermissionRequested" or ntype in ("idle_prompt", "permission_prompt"):
+            return S.WAITING
+    return current
+
+
+Session.EVENT_CLASSES.update(
+    {
+        name: cls
+        for name, cls in vars(Session).items()
+        if isinstance(cls, type) and issubclass(cls, Session.Event) and cls is not Session.Event
+    }
+)

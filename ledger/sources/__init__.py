@@ -1,0 +1,1 @@
+"""Source adapters: one module per agent format, raw records in, observations out."""

@@ -1,0 +1,140 @@
+"""Rules shared by the Claude Code sources (hooks, transcripts, stream-json).
+
+Source of the rules: ``shared/research/FORMATS.md`` A1–A4 and C15, and the ledger's
+definition of a human prompt (issue "Core ledger", item 3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime
+from typing import Any
+
+from ledger.observation import Observation, SessionRef, json_hash
+
+AGENT = "claude-code"
+
+# Text parts starting with these are not typed by a human.
+_NOT_HUMAN = (
+    "<command-name>",
+    "<command-message>",
+    "<command-args>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "<system-reminder>",
+    "<task-notification>",
+    "<bash-input>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "Caveat:",
+    "[Request interrupted",
+)
+_CMD_NAME = re.compile(r"<command-name>\s*([^<]{0,256}?)\s*</command-name>")
+_CMD_ARGS = re.compile(r"<command-args>([^<]{0,65536})</command-args>")
+
+
+def classify_prompt(parts: list[str]) -> tuple[str, str]:
+    """Classify the text parts of one user input.
+
+    Returns ``(prompt_kind, text)``: ``human`` (typed by a person; text = the human
+    parts joined by newlines), ``command`` (a slash command; text = ``"/name args"``
+    so hook and transcript spellings agree), ``task_notification``, or ``other``
+    (meta/system text that is not a prompt at all).
+    """
+    human = [p for p in parts if p.strip() and not p.lstrip().startswith(_NOT_HUMAN)]
+    if human:
+        return "human", "\n".join(human)
+    joined = "\n".join(parts)
+    stripped = joined.lstrip()
+    m = _CMD_NAME.search(joined)
+    if m:
+        args = _CMD_ARGS.search(joined)
+        text = m.group(1) + (" " + args.group(1).strip() if args and args.group(1).strip() else "")
+        return "command", text
+    if stripped.startswith("<task-notification>"):
+        return "task_notification", joined
+    return "other", joined
+
+
+def classify_hook_prompt(prompt: str) -> tuple[str, str]:
+    """Classify ``UserPromptSubmit.prompt``: slash commands arrive as ``/name args``."""
+    stripped = prompt.strip()
+    if re.match(r"/[A-Za-z0-9_:.\-]{1,128}(\s|$)", stripped):
+        return "command", stripped
+    return classify_prompt([prompt])
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.strip().encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def parse_time(value: Any) -> datetime | None:
+    """ISO-8601 timestamp (``Z`` or offset) to an aware datetime; None when unusable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return dt if dt.tzinfo is not None else None
+
+
+def child_ref(session_id: str, agent_id: str, agent_type: str | None, cwd: str | None) -> SessionRef:
+    """The child session of a subagent run: ``"{session_id}/agent-{agent_id}"``."""
+    return SessionRef(
+        agent=AGENT,
+        external_id=f"{session_id}/agent-{agent_id}",
+        parent_external_id=session_id,
+        agent_type=agent_type or None,
+        cwd=cwd,
+    )
+
+
+def subagent_link(
+    parent: SessionRef,
+    agent_id: str,
+    agent_type: str | None,
+    tool_use_id: str | None,
+    common: dict[str, Any],
+) -> list[Observation]:
+    """Lineage facts for a subagent run, on the parent and on the child stream."""
+    child = child_ref(parent.external_id, agent_id, agent_type, parent.cwd)
+    suffix = f":{tool_use_id}" if tool_use_id else ""
+    out = [
+        Observation(
+            session=parent,
+            kind="SubagentLinked",
+            key=f"subagent:{agent_id}{suffix}",
+            data={
+                "child_id": child.id,
+                "child_external_id": child.external_id,
+                "agent_id": agent_id,
+                "agent_type": agent_type or None,
+                "tool_use_id": tool_use_id,
+            },
+            **common,
+        )
+    ]
+    if tool_use_id:
+        out.append(
+            Observation(
+                session=child,
+                kind="LinkedToParent",
+                key=f"parent:{tool_use_id}",
+                data={"parent_id": parent.id, "parent_tool_use_id": tool_use_id},
+                **common,
+            )
+        )
+    return out
+
+
+def tool_error_text(content: Any) -> str | None:
+    """Error text of a failed tool result (string or list of text blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        return "\n".join(texts) or None
+    return None

@@ -1,0 +1,48 @@
+"""What a projection is: a name, its tables, and how one event changes its rows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import Table
+
+from ledger.session import Session
+from projections.rows import RowCache
+
+Batch = list[tuple[int, Any]]
+"""(log position, domain event) pairs, in log order."""
+
+
+class Projection:
+    """Base class: subclasses set ``name`` and implement :meth:`prefetch` and :meth:`apply`.
+
+    ``apply`` must be deterministic in (position, event) so a rebuild gives identical rows.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, tables: dict[str, Table]) -> None:
+        self.tables = tables
+
+    def prefetch(self, rows: RowCache, batch: Batch) -> None:
+        """Load the rows the batch will touch (one SELECT per table)."""
+
+    def apply(self, rows: RowCache, position: int, event: Any) -> None:
+        raise NotImplementedError
+
+
+def iso(dt: datetime | None) -> str | None:
+    """UTC ISO-8601 with milliseconds and ``Z``; None stays None."""
+    if dt is None:
+        return None
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def event_time(event: Session.Event) -> str | None:
+    """The source's clock when it has one, else the ledger's."""
+    return iso(event.occurred_at or event.timestamp)
+
+
+def session_events(batch: Batch) -> list[tuple[int, Session.Event]]:
+    return [(p, e) for p, e in batch if isinstance(e, Session.Event)]

@@ -1,0 +1,146 @@
+"""Read functions over the relational read models (used by the CLI and the API).
+
+Shapes: plain dicts/lists, JSON-ready. Times are ISO-8601 UTC strings; tokens counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from sqlalchemy import func, select
+
+from projections.runner import ReadModels
+
+SESSION_FIELDS = (
+    "id",
+    "agent",
+    "external_id",
+    "parent_id",
+    "parent_tool_use_id",
+    "agent_type",
+    "cwd",
+    "model",
+    "status",
+    "prompt_count",
+    "batch_count",
+    "tool_call_count",
+    "tool_error_count",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "event_count",
+    "started_at",
+    "last_activity_at",
+    "ended_at",
+)
+
+
+def list_sessions(
+    models: ReadModels,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    agent: str | None = None,
+    status: str | None = None,
+) -> list[dict[str, Any]]:
+    """Sessions, most recent activity first (ties by id, so output is stable)."""
+    t = models.table("sessions")
+    q = select(*[t.c[f] for f in SESSION_FIELDS]).order_by(
+        t.c.last_activity_at.desc(), t.c.id
+    )
+    if agent:
+        q = q.where(t.c.agent == agent)
+    if status:
+        q = q.where(t.c.status == status.upper())
+    if limit is not None:
+        q = q.limit(limit)
+    if offset:
+        q = q.offset(offset)
+    with models.engine.connect() as conn:
+        return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
+    """One session with its prompt batches, tool calls and status history."""
+    s = models.table("sessions")
+    b = models.table("prompt_batches")
+    tc = models.table("tool_calls")
+    sh = models.table("status_history")
+    with models.engine.connect() as conn:
+        row = conn.execute(select(*[s.c[f] for f in SESSION_FIELDS]).where(s.c.id == session_id)).mappings().first()
+        if row is None:
+            return None
+        out = dict(row)
+        out["batches"] = [
+            dict(r)
+            for r in conn.execute(
+                select(b).where(b.c.session_id == session_id).order_by(b.c.batch)
+            ).mappings()
+        ]
+        calls = []
+        for r in conn.execute(
+            select(tc).where(tc.c.session_id == session_id).order_by(
+                tc.c.start_position.is_(None), tc.c.start_position, tc.c.end_position
+            )
+        ).mappings():
+            call = dict(r)
+            for f in ("tool_input", "output"):
+                call[f] = orjson.loads(call[f]) if call[f] is not None else None
+            calls.append(call)
+        out["tool_calls"] = calls
+        out["status_history"] = [
+            dict(r)
+            for r in conn.execute(
+                select(sh).where(sh.c.session_id == session_id).order_by(sh.c.version)
+            ).mappings()
+        ]
+        out["children"] = [
+            r[0] for r in conn.execute(select(s.c.id).where(s.c.parent_id == session_id).order_by(s.c.id))
+        ]
+        return out
+
+
+def find_session_id(models: ReadModels, ref: str) -> str | None:
+    """Resolve a ledger id, an external (agent) id, or a unique id prefix."""
+    s = models.table("sessions")
+    with models.engine.connect() as conn:
+        for cond in (s.c.id == ref, s.c.external_id == ref):
+            found = conn.execute(select(s.c.id).where(cond)).scalars().all()
+            if len(found) == 1:
+                return found[0]
+        for col in (s.c.id, s.c.external_id):
+            found = conn.execute(select(s.c.id).where(col.like(f"{ref}%")).limit(2)).scalars().all()
+            if len(found) == 1:
+                return found[0]
+        return None
+
+
+def stats(models: ReadModels) -> dict[str, int]:
+    """``events`` (all recorded), ``sessions``, ``rejected`` (inputs kept as rejected),
+    ``tool_calls``, ``prompts``."""
+    ei = models.table("event_index")
+    s = models.table("sessions")
+    with models.engine.connect() as conn:
+        events = conn.execute(select(func.count()).select_from(ei)).scalar_one()
+        rejected = conn.execute(select(func.count()).select_from(ei).where(ei.c.kind == "InputRejected")).scalar_one()
+        sessions, prompts, tools = conn.execute(
+            select(func.count(), func.coalesce(func.sum(s.c.prompt_count), 0), func.coalesce(func.sum(s.c.tool_call_count), 0))
+        ).one()
+    return {
+        "events": int(events),
+        "sessions": int(sessions),
+        "rejected": int(rejected),
+        "prompts": int(prompts),
+        "tool_calls": int(tools),
+    }
+
+
+def session_event_positions(models: ReadModels, session_id: str) -> dict[int, int]:
+    """version -> log position for one stream."""
+    ei = models.table("event_index")
+    with models.engine.connect() as conn:
+        return dict(
+            conn.execute(select(ei.c.version, ei.c.position).where(ei.c.stream_id == session_id)).all()
+        )

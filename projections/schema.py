@@ -1,0 +1,173 @@
+"""Relational read models (SQLAlchemy Core; SQLite and PostgreSQL dialects).
+
+Tables are built by :func:`build_tables` with an optional name suffix, so a rebuild can
+fill fresh ``<name>__rebuild`` tables next to the live ones and swap them in. Times
+are ISO-8601 UTC strings (``2026-06-20T00:55:16.123Z``); tokens are counts;
+``duration_ms`` milliseconds.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, Column, Integer, MetaData, String, Table, Text
+
+TRACKING = "projection_tracking"
+
+
+def tracking_table(metadata: MetaData) -> Table:
+    """``projection_tracking(name, position)``: the last log position each projection
+    applied, written in the same transaction as its rows (exactly once)."""
+    return Table(
+        TRACKING,
+        metadata,
+        Column("name", String(64), primary_key=True),
+        Column("position", BigInteger, nullable=False),
+    )
+
+
+def _sessions(md: MetaData, sfx: str) -> list[Table]:
+    tokens = [
+        Column(n, BigInteger, nullable=False, default=0)
+        for n in (
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        )
+    ]
+    sessions = Table(
+        "sessions" + sfx,
+        md,
+        Column("id", String(36), primary_key=True),
+        Column("agent", String(32), nullable=False),
+        Column("external_id", Text, nullable=False),
+        Column("parent_id", String(36)),
+        Column("parent_tool_use_id", Text),
+        Column("agent_type", Text),
+        Column("cwd", Text),
+        Column("model", Text),
+        Column("status", String(16), nullable=False),
+        Column("prompt_count", Integer, nullable=False, default=0),
+        Column("batch_count", Integer, nullable=False, default=0),
+        Column("tool_call_count", Integer, nullable=False, default=0),
+        Column("tool_error_count", Integer, nullable=False, default=0),
+        *tokens,
+        Column("event_count", Integer, nullable=False, default=0),
+        Column("started_at", String(32)),
+        Column("last_activity_at", String(32)),
+        Column("ended_at", String(32)),
+        Column("head_version", Integer, nullable=False),
+        Column("head_digest", String(64), nullable=False),
+        Column("head_position", BigInteger, nullable=False),
+    )
+    usage = Table(
+        "session_usage" + sfx,
+        md,
+        Column("session_id", String(36), primary_key=True),
+        Column("message_id", Text, primary_key=True),
+        Column("model", Text),
+        *[Column(c.name, BigInteger, nullable=False, default=0) for c in tokens],
+        Column("position", BigInteger, nullable=False),
+    )
+    return [sessions, usage]
+
+
+def _batches(md: MetaData, sfx: str) -> list[Table]:
+    return [
+        Table(
+            "prompt_batches" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("batch", Integer, primary_key=True),
+            Column("prompt", Text),
+            Column("prompt_kind", String(32)),
+            Column("status", String(16), nullable=False),
+            Column("started_at", String(32)),
+            Column("ended_at", String(32)),
+            Column("end_reason", Text),
+            Column("tool_call_count", Integer, nullable=False, default=0),
+            Column("tool_error_count", Integer, nullable=False, default=0),
+            Column("last_assistant_message", Text),
+            Column("first_position", BigInteger, nullable=False),
+            Column("last_position", BigInteger, nullable=False),
+        )
+    ]
+
+
+def _tool_calls(md: MetaData, sfx: str) -> list[Table]:
+    return [
+        Table(
+            "tool_calls" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("tool_use_id", Text, primary_key=True),
+            Column("batch", Integer, nullable=False),
+            Column("tool_name", Text),
+            Column("tool_input", Text),
+            Column("output", Text),
+            Column("status", String(16), nullable=False),
+            Column("is_error", Boolean, nullable=False, default=False),
+            Column("error", Text),
+            Column("interrupted", Boolean, nullable=False, default=False),
+            Column("started_at", String(32)),
+            Column("completed_at", String(32)),
+            Column("duration_ms", BigInteger),
+            Column("start_position", BigInteger),
+            Column("end_position", BigInteger),
+        )
+    ]
+
+
+def _status_history(md: MetaData, sfx: str) -> list[Table]:
+    return [
+        Table(
+            "status_history" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("version", Integer, primary_key=True),
+            Column("position", BigInteger, nullable=False),
+            Column("from_status", String(16)),
+            Column("to_status", String(16), nullable=False),
+            Column("cause", String(64), nullable=False),
+            Column("at", String(32)),
+        ),
+        Table(
+            "status_heads" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("status", String(16), nullable=False),
+        ),
+    ]
+
+
+def _event_index(md: MetaData, sfx: str) -> list[Table]:
+    return [
+        Table(
+            "event_index" + sfx,
+            md,
+            Column("position", BigInteger, primary_key=True, autoincrement=False),
+            Column("stream_id", String(36), nullable=False),
+            Column("version", Integer, nullable=False),
+            Column("kind", String(64), nullable=False),
+            Column("event_key", Text, nullable=False),
+            Column("agent", String(32)),
+            Column("source_format", String(64)),
+            Column("digest", String(64), nullable=False),
+            Column("occurred_at", String(32)),
+            Column("recorded_at", String(32)),
+        )
+    ]
+
+
+TABLE_BUILDERS = {
+    "sessions": _sessions,
+    "batches": _batches,
+    "tool_calls": _tool_calls,
+    "status_history": _status_history,
+    "event_index": _event_index,
+}
+
+
+def build_tables(metadata: MetaData, projection: str, suffix: str = "") -> dict[str, Table]:
+    """Tables of one projection, keyed by their base name."""
+    tables = TABLE_BUILDERS[projection](metadata, suffix)
+    return {t.name.removesuffix(suffix) if suffix else t.name: t for t in tables}

@@ -1,0 +1,111 @@
+"""``sessions`` read model: one row per session with status, counts, tokens, times.
+
+Counts and tokens are the session's own: a subagent run is its own (child) session,
+so summing over sessions counts nothing twice. Usage: per ``message_id`` the last
+``UsageRecorded`` wins (``session_usage`` holds it; totals move by the difference).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.session import Session
+from projections.base import Batch, Projection, event_time, session_events
+from projections.rows import RowCache
+
+TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+class SessionsProjection(Projection):
+    name = "sessions"
+
+    def prefetch(self, rows: RowCache, batch: Batch) -> None:
+        events = session_events(batch)
+        rows.prefetch("sessions", [(str(e.originator_id),) for _, e in events])
+        rows.prefetch(
+            "session_usage",
+            [
+                (str(e.originator_id), e.message_id)
+                for _, e in events
+                if isinstance(e, Session.UsageRecorded)
+            ],
+        )
+
+    def apply(self, rows: RowCache, position: int, event: Any) -> None:
+        if not isinstance(event, Session.Event):
+            return
+        sid = str(event.originator_id)
+        at = event_time(event)
+        if isinstance(event, Session.Opened):
+            row: dict[str, Any] = {
+                "id": sid,
+                "agent": event.agent,
+                "external_id": event.external_id,
+                "parent_id": str(event.parent_id) if event.parent_id else None,
+                "parent_tool_use_id": None,
+                "agent_type": event.agent_type,
+                "cwd": event.cwd,
+                "model": None,
+                "prompt_count": 0,
+                "batch_count": 0,
+                "tool_call_count": 0,
+                "tool_error_count": 0,
+                **dict.fromkeys(TOKENS, 0),
+                "event_count": 0,
+                "started_at": at,
+                "last_activity_at": at,
+                "ended_at": None,
+            }
+        else:
+            found = rows.get("sessions", (sid,))
+            if found is None:
+                raise LookupError(f"session {sid}: event v{event.originator_version} before Opened")
+            row = found
+        row["status"] = event.status.value
+        row["event_count"] += 1
+        row["head_version"] = event.originator_version
+        row["head_digest"] = event.digest
+        row["head_position"] = position
+        if at is not None:
+            if row["started_at"] is None or at < row["started_at"]:
+                row["started_at"] = at
+            if row["last_activity_at"] is None or at > row["last_activity_at"]:
+                row["last_activity_at"] = at
+        row["batch_count"] = max(row["batch_count"], event.batch)
+        match event:
+            case Session.PromptSubmitted() if event.prompt_kind in ("human", "task"):
+                row["prompt_count"] += 1
+            case Session.ToolCallStarted():
+                row["tool_call_count"] += 1
+            case Session.ToolCallCompleted() if event.is_error:
+                row["tool_error_count"] += 1
+            case Session.UsageRecorded():
+                self._usage(rows, row, position, event)
+            case Session.Started() if event.model:
+                row["model"] = event.model
+            case Session.Ended():
+                row["ended_at"] = at
+            case Session.Reopened():
+                row["ended_at"] = None
+            case Session.LinkedToParent():
+                row["parent_id"] = row["parent_id"] or str(event.parent_id)
+                row["parent_tool_use_id"] = event.parent_tool_use_id
+            case _:
+                pass
+        rows.put("sessions", (sid,), row)
+
+    def _usage(self, rows: RowCache, row: dict[str, Any], position: int, e: Session.UsageRecorded) -> None:
+        key = (row["id"], e.message_id)
+        old = rows.get("session_usage", key)
+        new = {
+            "session_id": row["id"],
+            "message_id": e.message_id,
+            "model": e.model,
+            "position": position,
+            **{t: getattr(e, t) for t in TOKENS},
+        }
+        for t in TOKENS:
+            row[t] += new[t] - (old[t] if old else 0)
+        if e.model:
+            row["model"] = e.model
+        rows.put("session_usage", key, new)

@@ -1,0 +1,90 @@
+"""``tool_calls`` read model: one row per tool call, with duration, success and error.
+
+``duration_ms`` is the agent's own figure when it gives one (hook ``duration_ms``,
+``toolUseResult.totalDurationMs``), else completion minus start on the source clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from ledger.session import Session
+from projections.base import Batch, Projection, event_time, session_events
+from projections.rows import RowCache
+
+
+def _json(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return orjson.dumps(repr(value)).decode()
+
+
+class ToolCallsProjection(Projection):
+    name = "tool_calls"
+
+    def prefetch(self, rows: RowCache, batch: Batch) -> None:
+        rows.prefetch(
+            "tool_calls",
+            [
+                (str(e.originator_id), e.tool_use_id)
+                for _, e in session_events(batch)
+                if isinstance(e, Session.ToolCallStarted | Session.ToolCallCompleted)
+            ],
+        )
+
+    def apply(self, rows: RowCache, position: int, event: Any) -> None:
+        if not isinstance(event, Session.ToolCallStarted | Session.ToolCallCompleted):
+            return
+        key = (str(event.originator_id), event.tool_use_id)
+        row = rows.get("tool_calls", key) or {
+            "session_id": key[0],
+            "tool_use_id": key[1],
+            "batch": event.batch,
+            "tool_name": None,
+            "tool_input": None,
+            "output": None,
+            "status": "started",
+            "is_error": False,
+            "error": None,
+            "interrupted": False,
+            "started_at": None,
+            "completed_at": None,
+            "duration_ms": None,
+            "start_position": None,
+            "end_position": None,
+        }
+        at = event_time(event)
+        if isinstance(event, Session.ToolCallStarted):
+            row.update(
+                tool_name=event.tool_name,
+                tool_input=_json(event.tool_input),
+                started_at=at,
+                start_position=position,
+                batch=event.batch,
+            )
+        else:
+            row.update(
+                tool_name=row["tool_name"] or event.tool_name,
+                output=_json(event.output),
+                status="failed" if event.is_error else "completed",
+                is_error=event.is_error,
+                error=event.error,
+                interrupted=event.interrupted,
+                completed_at=at,
+                end_position=position,
+                duration_ms=event.duration_ms,
+            )
+        if row["duration_ms"] is None and row["started_at"] and row["completed_at"]:
+            delta = _parse(row["completed_at"]) - _parse(row["started_at"])
+            row["duration_ms"] = max(0, round(delta.total_seconds() * 1000))
+        rows.put("tool_calls", key, row)
+
+
+def _parse(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
