@@ -23,12 +23,14 @@ SUFFIXES = (".jsonl", ".json")
 @dataclass
 class ImportSummary:
     files: int = 0
+    metadata_files: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     result: RecordResult = field(default_factory=RecordResult)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "files": self.files,
+        "metadata_files": self.metadata_files,
             "sessions_added": self.result.sessions_created,
             "sessions_touched": len(self.result.sessions),
             "events_appended": self.result.appended,
@@ -91,13 +93,26 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
     fmt = detect(path, data[: 1 << 20])
     source = str(path)
     if fmt == "claude-code.transcript":
-        yield from claude_transcript.parse_records(data.split(b"\n"), source)
+        meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
+        agent_type = _meta_agent_type(meta) if path.name.startswith("agent-") else None
+        yield from claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
     elif fmt == "claude-code.transcript-array":
         if _is_hook_log(data):
             raise ValueError("a JSON array of hook payloads (replay it with POST /v1/hooks/…)")
+        if not _is_transcript_array(data):
+            raise ValueError("a JSON array that is not a Claude Code transcript")
         yield from claude_transcript.parse_array(data, source)
     else:
         raise ValueError("not a recognised agent transcript")
+
+
+def _meta_agent_type(meta: Path) -> str | None:
+    """``agentType`` from a subagent's ``agent-<id>.meta.json`` (CC 2.1), if present."""
+    try:
+        value = orjson.loads(meta.read_bytes()).get("agentType")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _is_hook_log(data: bytes) -> bool:
@@ -108,6 +123,16 @@ def _is_hook_log(data: bytes) -> bool:
     return bool(records) and isinstance(records[0], dict) and "hook_event_name" in records[0]
 
 
+def _is_transcript_array(data: bytes) -> bool:
+    try:
+        records = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return True  # let the parser record why it is not valid JSON
+    if not isinstance(records, list):
+        return False
+    return _looks_like_claude([orjson.dumps(r) for r in records[:50]] + [b""])
+
+
 def import_paths(
     ledger: Ledger,
     paths: Iterable[str | Path],
@@ -116,6 +141,11 @@ def import_paths(
     """Import every agent file under ``paths``; one bad file never stops the rest."""
     summary = ImportSummary()
     for path in discover(paths):
+        if path.name.endswith(".meta.json"):
+            summary.metadata_files += 1  # read with its agent-*.jsonl (agentType)
+            if progress is not None:
+                progress(path)
+            continue
         try:
             items = list(parse_file(path))
         except ValueError as e:

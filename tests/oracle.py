@@ -20,7 +20,8 @@ Rules, implemented literally:
 4. Human prompts: type == "user", not isMeta, not isCompactSummary,
    message.content is a string or a list without a tool_result block. Text
    parts are the string itself or the `text` of each text block; parts whose
-   lstrip() starts with one of SYNTHETIC_PREFIXES are dropped. If a non-empty
+   lstrip() starts with one of SYNTHETIC_PREFIXES are dropped; records with
+   origin.kind == "task-notification" are not prompts (FORMATS.md C15). If a non-empty
    part remains, the record is a prompt with text "\\n".join(remaining parts).
 5. Tool calls: distinct ids of tool_use blocks in assistant message.content.
 6. Tokens: assistant records grouped by message.id, the last record in file
@@ -108,6 +109,9 @@ def prompt_text(rec):
     if rec.get("type") != "user" or rec.get("isMeta") is True \
             or rec.get("isCompactSummary") is True:
         return None
+    origin = rec.get("origin")
+    if isinstance(origin, dict) and origin.get("kind") == "task-notification":
+        return None  # FORMATS.md C15: task notifications are not typed by a human
     content = (rec.get("message") if isinstance(rec.get("message"), dict) else {}).get("content")
     if isinstance(content, str):
         parts = [content]

@@ -40,9 +40,15 @@ SOURCE_FORMAT = "claude-code.transcript"
 _BATCH_OPENERS = ("human", "task")
 
 
-def parse_records(lines: Iterable[bytes], source: str) -> Iterator[Observation | Rejected]:
-    """Parse transcript lines (bytes, one JSON object each) from ``source`` (a path)."""
-    parser = TranscriptParser(source)
+def parse_records(
+    lines: Iterable[bytes], source: str, agent_type: str | None = None
+) -> Iterator[Observation | Rejected]:
+    """Parse transcript lines (bytes, one JSON object each) from ``source`` (a path).
+
+    ``agent_type`` names the subagent type of an ``agent-*.jsonl`` file (from its
+    ``.meta.json``), when known.
+    """
+    parser = TranscriptParser(source, agent_type)
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -70,8 +76,9 @@ def parse_array(data: bytes, source: str) -> Iterator[Observation | Rejected]:
 class TranscriptParser:
     """Streaming state for one transcript file (sidechain roots, prompt order)."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, agent_type: str | None = None) -> None:
         self.source = source
+        self.agent_type = agent_type
         self.parent_of: dict[str, str | None] = {}
         self.sidechain_root: dict[str, str] = {}
         self.task_prompts: dict[str, str] = {}  # Task prompt text -> tool_use_id
@@ -151,7 +158,8 @@ class TranscriptParser:
         cwd = rec.get("cwd") if isinstance(rec.get("cwd"), str) else None
         agent_id = rec.get("agentId")
         if isinstance(agent_id, str) and agent_id:
-            ref = SessionRef(AGENT, f"{sid}/agent-{agent_id}", sid, _agent_type(agent_id), cwd)
+            agent_type = self.agent_type or _agent_type(agent_id)
+            ref = SessionRef(AGENT, f"{sid}/agent-{agent_id}", sid, agent_type, cwd)
         elif rec.get("isSidechain") is True and isinstance(uuid, str):
             root = self._root(uuid)
             ref = SessionRef(AGENT, f"{sid}/sidechain-{root}", sid, "sidechain", cwd)
