@@ -1,0 +1,146 @@
+"""Hook payloads replayed against the running server give the same session as the
+transcript: the same human prompts, prompt batches and tool calls.
+
+Real data: ``coorp-serverless-plugins-hook-logs`` (Claude Code 2.1.170) holds every hook
+payload of session 4f65f198 and the transcript saved by its last Stop hook. Payloads
+are put in transcript order (a tool call's Pre hook at its ``tool_use`` record, Post
+at its ``tool_result``, a prompt at its user record, Stop after the assistant message
+it quotes) and POSTed one by one to ``hookledger serve``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from api.bootstrap import build
+from ledger.config import Settings
+from ledger.importer import import_paths
+from projections import queries
+
+from conftest import FIXTURES, Server
+
+SESSION = "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
+LOGS = FIXTURES / "coorp-serverless-plugins-hook-logs"
+
+
+def _text(rec: dict[str, Any]) -> str:
+    content = (rec.get("message") or {}).get("content")
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return content if isinstance(content, str) else ""
+
+
+def _ordered_payloads() -> tuple[list[dict[str, Any]], int]:
+    """Main-session hook payloads in transcript order, and how many had no counterpart."""
+    transcript = json.loads((LOGS / SESSION / "chat.json").read_text())
+    where: dict[str, float] = {}
+    for i, rec in enumerate(transcript):
+        for block in (rec.get("message") or {}).get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                where[f"pre:{block['id']}"] = i
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                where[f"post:{block['tool_use_id']}"] = i + 0.5
+    payloads: list[tuple[float, dict[str, Any]]] = []
+    unmatched = 0
+
+    def place(at: float | None, payload: dict[str, Any]) -> None:
+        nonlocal unmatched
+        if at is None:
+            unmatched += 1
+        else:
+            payloads.append((at, payload))
+
+    for p in json.loads((LOGS / SESSION / "pre_tool_use.json").read_text()):
+        if not p.get("agent_id"):
+            place(where.get(f"pre:{p['tool_use_id']}"), p)
+    for p in json.loads((LOGS / SESSION / "post_tool_use.json").read_text()):
+        if not p.get("agent_id"):
+            place(where.get(f"post:{p['tool_use_id']}"), p)
+    for p in json.loads((LOGS / "user_prompt_submit.json").read_text()):
+        if p["session_id"] != SESSION:
+            continue
+        head = p["prompt"].split(" ", 1)[-1][:60] if p["prompt"].startswith("/") else p["prompt"][:60]
+        at = next(
+            (i - 0.25 for i, r in enumerate(transcript) if r.get("type") == "user" and head in _text(r)),
+            None,
+        )
+        place(at, p)
+    for p in json.loads((LOGS / SESSION / "stop.json").read_text()):
+        quote = (p.get("last_assistant_message") or "").strip()
+        at = next(
+            (i + 0.75 for i, r in enumerate(transcript) if r.get("type") == "assistant" and quote and _text(r).strip() == quote),
+            None,
+        )
+        place(at, p)
+    start = [p for p in json.loads((LOGS / "session_start.json").read_text()) if p["session_id"] == SESSION]
+    return start + [p for _, p in sorted(payloads, key=lambda x: x[0])], unmatched
+
+
+def _view(settings: Settings) -> dict[str, Any]:
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        sid = queries.find_session_id(services.models, SESSION)
+        assert sid is not None
+        detail = queries.get_session(services.models, sid)
+        assert detail is not None
+        return detail
+    finally:
+        services.close()
+
+
+def _shape(detail: dict[str, Any], only: set[str] | None = None, ended: set[str] | None = None) -> dict[str, Any]:
+    """Comparable form; ``ended``: calls whose outcome both sides saw (else outcome None)."""
+    calls = [c for c in detail["tool_calls"] if only is None or c["tool_use_id"] in only]
+    return {
+        "prompts": [b["prompt"] for b in detail["batches"]],
+        "batches": [b["batch"] for b in detail["batches"]],
+        "tool_calls": sorted(
+            (c["tool_use_id"], c["batch"], c["tool_name"], c["is_error"] if ended is None or c["tool_use_id"] in ended else None)
+            for c in calls
+        ),
+        "batch_status": [b["status"] for b in detail["batches"][:-1]],
+    }
+
+
+def test_hook_replay_equals_transcript_import(settings: Settings, tmp_path: Path) -> None:
+    payloads, unmatched = _ordered_payloads()
+    # The logger kept hooks for 35 of the 128 main-session tool calls, and the last
+    # prompt came after the transcript snapshot: compare where both exist.
+    assert len(payloads) >= 75
+
+    srv = Server(settings).start()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as client:
+            for n, payload in enumerate(payloads):
+                r = client.post("/v1/hooks/claude-code", json=payload, headers={"X-Hookledger-Capture-Key": f"replay-{n}"})
+                assert r.status_code == 202, r.text
+            over_http = client.get(f"/v1/sessions/{SESSION}").json()
+    finally:
+        srv.stop()
+    from_hooks = _view(settings)
+    assert _shape(over_http) == _shape(from_hooks)
+
+    transcript_settings = Settings(tmp_path / "from-transcript")
+    services = build(transcript_settings)
+    try:
+        import_paths(services.ledger, [LOGS / SESSION / "chat.json"])
+    finally:
+        services.close()
+    from_transcript = _view(transcript_settings)
+
+    seen_by_hooks = {c["tool_use_id"] for c in from_hooks["tool_calls"]}
+    # A failed Bash call fires PostToolUseFailure, which this logger did not keep.
+    ended = {c["tool_use_id"] for c in from_hooks["tool_calls"] if c["status"] != "started"}
+    hooks = _shape(from_hooks, ended=ended)
+    transcript = _shape(from_transcript, only=seen_by_hooks, ended=ended)
+    assert len(seen_by_hooks) == 35
+    assert hooks["prompts"] == transcript["prompts"]
+    assert len(hooks["prompts"]) == 2
+    assert hooks["batches"] == transcript["batches"]
+    assert hooks["tool_calls"] == transcript["tool_calls"]
+    assert hooks["batch_status"] == transcript["batch_status"]

@@ -1,0 +1,147 @@
+"""``hookledger verify`` detects every kind of tampering with the stored log.
+
+A real import is tampered with directly in the store (SQLite file or PostgreSQL
+table); ``verify`` must then exit 1 and name the affected stream and log position.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import FIXTURES, PG_URL, cli
+from ledger.config import Settings
+
+TRANSCRIPTS = [
+    FIXTURES / "spotter-claude-transcripts" / "short.jsonl",
+    FIXTURES / "spotter-claude-transcripts" / "tool_heavy.jsonl",
+]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data dir with both transcripts imported and the projections (anchors) current."""
+    settings = Settings(tmp_path_factory.mktemp("template") / "data")
+    cli(settings, "import", *map(str, TRANSCRIPTS))
+    cli(settings, "sessions", "--json")
+    return settings.data_dir
+
+
+@pytest.fixture
+def store(imported: Path, tmp_path: Path) -> Settings:
+    """A private copy of the imported data dir, free to tamper with."""
+    shutil.copytree(imported, tmp_path / "data")
+    return Settings(tmp_path / "data")
+
+
+def rows(settings: Settings) -> list[tuple[int, str, int]]:
+    """(position, stream id, version) of every stored event, in log order."""
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        found = db.execute("SELECT rowid, originator_id, originator_version FROM stored_events ORDER BY rowid")
+        return [(p, str(uuid.UUID(s)), v) for p, s, v in found]
+
+
+def tamper(settings: Settings, sql: str, *params: object) -> None:
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        assert db.execute(sql, params).rowcount >= 1
+
+
+def flip(settings: Settings, position: int, find: bytes, offset: int = 0, mask: int = 0x20) -> None:
+    """Flip bits of one byte of the row's state: the byte ``offset`` after ``find``."""
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        (state,) = db.execute("SELECT state FROM stored_events WHERE rowid = ?", (position,)).fetchone()
+        i = bytes(state).index(find) + offset
+        changed = bytearray(state)
+        changed[i] ^= mask
+        db.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (bytes(changed), position))
+
+
+def assert_fails_naming(settings: Settings, stream: str, position: int) -> None:
+    result = cli(settings, "verify", check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err + result.stdout.decode()
+    assert any(
+        line.startswith(f"FAIL stream {stream} ") and f" at position {position}:" in line
+        for line in err.splitlines()
+    ), err
+
+
+def middle(settings: Settings) -> tuple[int, str, int]:
+    """A row in the middle of the second (longer) stream."""
+    all_rows = rows(settings)
+    second = [r for r in all_rows if r[1] == all_rows[-1][1]]
+    return second[len(second) // 2]
+
+
+def test_verify_passes_on_an_untouched_store(store: Settings) -> None:
+    result = cli(store, "verify", check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().startswith("ok: 70 events in 2 streams, 70 anchors checked")
+
+
+def test_flipped_byte_inside_a_json_string_is_detected(store: Settings) -> None:
+    position, stream, _ = middle(store)
+    flip(store, position, b'"event_key":"', offset=len(b'"event_key":"'))  # 'l' -> 'L', still valid JSON
+    assert_fails_naming(store, stream, position)
+
+
+def test_flipped_byte_that_breaks_the_json_is_detected(store: Settings) -> None:
+    position, stream, _ = middle(store)
+    flip(store, position, b"{", mask=0x01)  # '{' -> 'z'
+    assert_fails_naming(store, stream, position)
+
+
+def test_deleted_middle_event_is_detected(store: Settings) -> None:
+    position, stream, _ = middle(store)
+    tamper(store, "DELETE FROM stored_events WHERE rowid = ?", position)
+    assert_fails_naming(store, stream, position)
+
+
+def test_two_events_of_a_stream_swapped_are_detected(store: Settings) -> None:
+    position, stream, _ = middle(store)
+    tamper(
+        store,
+        "UPDATE stored_events SET (topic, state) = "
+        "(SELECT o.topic, o.state FROM stored_events o WHERE o.rowid = "
+        "CASE stored_events.rowid WHEN ?1 THEN ?2 ELSE ?1 END) WHERE rowid IN (?1, ?2)",
+        position,
+        position + 1,
+    )
+    assert rows(store)[position - 1][1] == rows(store)[position][1] == stream
+    assert_fails_naming(store, stream, position)
+
+
+def test_cut_tail_of_a_stream_is_detected(store: Settings) -> None:
+    first_stream = rows(store)[0][1]
+    position = max(p for p, s, _ in rows(store) if s == first_stream)
+    assert position < len(rows(store)), "the first stream's last event is not the log's last"
+    tamper(store, "DELETE FROM stored_events WHERE rowid = ?", position)
+    assert_fails_naming(store, first_stream, position)
+
+
+def test_cut_tail_of_the_whole_log_is_detected(store: Settings) -> None:
+    position, stream, _ = rows(store)[-1]
+    tamper(store, "DELETE FROM stored_events WHERE rowid = ?", position)
+    assert_fails_naming(store, stream, position)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("settings", ["postgres"], indirect=True)
+def test_flipped_byte_is_detected_on_postgres(settings: Settings) -> None:
+    cli(settings, "import", str(TRANSCRIPTS[0]))
+    cli(settings, "sessions", "--json")
+    assert cli(settings, "verify", check=False).returncode == 0
+    table = f'"{settings.database_schema}".hookledger_events'
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        position, stream, state = conn.execute(
+            f"SELECT notification_id, originator_id, state FROM {table} ORDER BY notification_id OFFSET 5 LIMIT 1"
+        ).fetchone()
+        changed = bytearray(state)
+        changed[changed.index(b'"event_key":"') + len(b'"event_key":"')] ^= 0x20
+        conn.execute(f"UPDATE {table} SET state = %s WHERE notification_id = %s", (bytes(changed), position))
+    assert_fails_naming(settings, str(stream), position)
