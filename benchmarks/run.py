@@ -1,30 +1,22 @@
-"""hookledger benchmarks: import, projection rebuild and hook round trip.
-
-    .venv/bin/python benchmarks/run.py [--repeats 3] [--min-events 100000] [--profile]
-
-Reports the median over ``--repeats`` runs as a markdown table and writes
-``benchmarks/results/latest.json`` (see docs/benchmarks.md).
-"""
+"""hookledger benchmarks: import, projection rebuild, hook round trip. See docs/benchmarks.md."""
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
-import math
 import os
 import platform
 import pstats
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -36,31 +28,32 @@ from ledger.importer import import_paths
 from projections.runner import PROJECTION_CLASSES
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 FIX = ROOT / "tests" / "fixtures"
 COORP = FIX / "coorp-serverless-plugins-hook-logs" / "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
 SOURCES = [
-    *sorted((FIX / "spotter-claude-transcripts").rglob("*.jsonl")),  # incl. <session>/subagents/
+    *sorted((FIX / "spotter-claude-transcripts").rglob("*.jsonl")),  # incl. <sid>/subagents/
     *sorted((FIX / "agentcmd-claude-transcripts").glob("*.jsonl")),
     FIX / "attio-mcp-server-hook-logs" / "chat.json",
     COORP / "chat.json",
 ]
+HOOKS = [*json.loads((COORP / "pre_tool_use.json").read_bytes()),  # one payload per element
+         *json.loads((COORP / "post_tool_use.json").read_bytes())]
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
-IMPORT_TARGET, REBUILD_TARGET = 20_000, 60_000
+TARGETS = {"sqlite:import": 20_000, "sqlite:catch_up_all": 60_000}
+TARGETS |= {f"sqlite:rebuild:{name}": 60_000 for name in PROJECTION_CLASSES}
 
-
-# -- corpus -----------------------------------------------------------------------------
 
 def rewrite(rec: object, tag: str) -> object:
-    """Give one record per-copy ids, so each copy is distinct sessions and records."""
-    if not isinstance(rec, dict):
-        return rec
-    for key in ("sessionId", "uuid", "agentId", "parentUuid", "leafUuid"):
-        if isinstance(rec.get(key), str):
-            rec[key] = f"{rec[key]}-{tag}"
-    for nested, key in (("message", "id"), ("toolUseResult", "agentId")):  # keep Task→subagent links
-        inner = rec.get(nested)
-        if isinstance(inner, dict) and isinstance(inner.get(key), str):
-            inner[key] = f"{inner[key]}-{tag}"
+    """Suffix one record's ids with ``tag`` so each copy holds distinct sessions and records."""
+    if isinstance(rec, dict):
+        for key in ("sessionId", "uuid", "agentId", "parentUuid", "leafUuid"):
+            if isinstance(rec.get(key), str):
+                rec[key] = f"{rec[key]}-{tag}"
+        for outer, key in (("message", "id"), ("toolUseResult", "agentId")):  # Task→subagent
+            inner = rec.get(outer)
+            if isinstance(inner, dict) and isinstance(inner.get(key), str):
+                inner[key] = f"{inner[key]}-{tag}"
     return rec
 
 
@@ -82,50 +75,36 @@ def write_copy(dest: Path, k: int) -> None:
 
 
 def make_corpus(dest: Path, min_events: int) -> int:
-    """Write K copies, K chosen from the events one copy appends; returns K."""
+    """Write K copies, K from the events one copy appends to an empty store; returns K."""
     write_copy(dest, 0)
     with tempfile.TemporaryDirectory() as probe:
         services = build(Settings(Path(probe)))
         per_copy = import_paths(services.ledger, [dest]).result.appended
         services.close()
-    k = math.ceil(min_events / per_copy)
+    k = -(-min_events // per_copy)
     for i in range(1, k):
         write_copy(dest, i)
     return k
 
 
-# -- 1 + 2: import and rebuild ----------------------------------------------------------
-
-def store_run(corpus: Path, settings: Settings, min_events: int) -> dict[str, float]:
-    """One import into an empty store, then catch-up from empty views, then each rebuild."""
+def store_run(corpus: Path, settings: Settings, min_events: int, tag: str) -> dict[str, float]:
+    """Import into an empty store; catch up all projections from empty views; rebuild each."""
     services = build(settings)
-    try:
+    t0 = time.perf_counter()
+    appended = import_paths(services.ledger, [corpus]).result.appended
+    out = {"events": appended, "import": appended / (time.perf_counter() - t0)}
+    if appended < min_events:
+        sys.exit(f"import appended {appended} events < {min_events}")
+    head = services.ledger.max_position()  # rates below are log positions per second
+    t0 = time.perf_counter()
+    services.runner.catch_up()  # all five projections, from empty views
+    out["catch_up_all"] = head / (time.perf_counter() - t0)
+    for name in PROJECTION_CLASSES:
         t0 = time.perf_counter()
-        summary = import_paths(services.ledger, [corpus])
-        t_import = time.perf_counter() - t0
-        appended = summary.result.appended
-        if appended < min_events:
-            sys.exit(f"import appended {appended} events < {min_events}; raise K")
-        head = services.ledger.max_position()
-        t0 = time.perf_counter()
-        services.runner.catch_up()
-        out = {"events": appended, "import": appended / t_import,
-               "catch_up_all": head / (time.perf_counter() - t0)}
-        for name in PROJECTION_CLASSES:
-            t0 = time.perf_counter()
-            services.runner.rebuild(name)
-            out[f"rebuild:{name}"] = head / (time.perf_counter() - t0)
-        return out
-    finally:
-        services.close()
-
-
-def pg_reachable() -> bool:
-    try:
-        psycopg.connect(PG_URL, connect_timeout=3).close()
-        return True
-    except psycopg.Error:
-        return False
+        services.runner.rebuild(name)
+        out[f"rebuild:{name}"] = head / (time.perf_counter() - t0)
+    services.close()
+    return {f"{tag}:{m}": v for m, v in out.items()}
 
 
 def pg_run(corpus: Path, tmp: Path, min_events: int) -> dict[str, float]:
@@ -133,101 +112,94 @@ def pg_run(corpus: Path, tmp: Path, min_events: int) -> dict[str, float]:
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        return store_run(corpus, Settings(tmp, database_url=PG_URL, database_schema=schema), min_events)
+        return store_run(corpus, Settings(tmp, PG_URL, schema), min_events, "postgres")
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-# -- 3: hook round trip -----------------------------------------------------------------
-
-def hook_bodies(n: int, loop0: int) -> list[bytes]:
-    """``n`` hook bodies; each pass over the fixtures suffixes ``tool_use_id`` anew."""
-    payloads = [*json.loads((COORP / "pre_tool_use.json").read_bytes()),
-                *json.loads((COORP / "post_tool_use.json").read_bytes())]
-    bodies: list[bytes] = []
-    loop = loop0
-    while len(bodies) < n:
-        for p in payloads[: n - len(bodies)]:
-            if isinstance(p.get("tool_use_id"), str):
-                p = {**p, "tool_use_id": f"{p['tool_use_id']}-L{loop}"}
-            bodies.append(json.dumps(p).encode())
-        loop += 1
-    return bodies
+def hook_bodies(n: int, loop: int) -> Iterator[bytes]:
+    """``n`` hook bodies; every pass over the payloads gives ``tool_use_id`` a new suffix."""
+    for i in range(n):
+        p = HOOKS[i % len(HOOKS)]
+        tool_use_id = f"{p['tool_use_id']}-L{loop + i // len(HOOKS)}"
+        yield json.dumps({**p, "tool_use_id": tool_use_id}).encode()
 
 
 def post(client: httpx.Client, body: bytes) -> tuple[float, int]:
     headers = {"Content-Type": "application/json", "X-Hookledger-Capture-Key": str(uuid.uuid4())}
     t0 = time.perf_counter()
     r = client.post("/v1/hooks/claude-code", content=body, headers=headers)
-    dt = time.perf_counter() - t0
     if r.status_code != 202:
         raise RuntimeError(f"POST returned {r.status_code}: {r.text[:300]}")
-    return dt, r.json()["appended"]
+    return time.perf_counter() - t0, r.json()["appended"]
 
 
-def hook_run(tmp: Path, requests: int, senders: int) -> dict[str, float]:
+def start_server(data: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
-    exe = Path(sys.executable).parent / "hookledger"
-    log = (tmp / "serve.log").open("wb")
-    proc = subprocess.Popen([str(exe), "--data-dir", str(tmp / "data"), "serve", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}  # SQLite
+    cmd = [Path(sys.executable).parent / "hookledger", "--data-dir", data, "serve", "--port", port]
+    with data.with_suffix(".log").open("wb") as log:
+        proc = subprocess.Popen(list(map(str, cmd)), stdout=log, stderr=subprocess.STDOUT, env=env)
+    base, deadline = f"http://127.0.0.1:{port}", time.perf_counter() + 60
+    while proc.poll() is None and time.perf_counter() < deadline:
+        try:
+            if httpx.get(base + "/healthz", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"server did not come up; see {data.with_suffix('.log')}")
+
+
+def hook_run(data: Path, requests: int, senders: int) -> dict[str, float]:
+    """Sequential round trips (p50/p99), then ``senders`` concurrent threads (throughput)."""
+    proc, base = start_server(data)
     try:
-        deadline = time.perf_counter() + 60
-        while True:
-            try:
-                if httpx.get(base + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.perf_counter() > deadline:
-                raise RuntimeError(f"server did not come up; see {tmp / 'serve.log'}")
-            time.sleep(0.1)
         with httpx.Client(base_url=base, timeout=60) as client:
             for body in hook_bodies(20, 10_000):  # warm-up, not measured
                 post(client, body)
-            times = [post(client, b)[0] * 1000 for b in hook_bodies(requests, 0)]
-        q = statistics.quantiles(times, n=100, method="inclusive")
-        bodies = hook_bodies(requests, 1_000)  # distinct tool_use_ids from the sequential pass
-        appended = [0] * senders
-
-        def sender(i: int) -> None:
+            ms = [post(client, b)[0] * 1000 for b in hook_bodies(requests, 0)]
+        q = statistics.quantiles(ms, n=100, method="inclusive")
+        bodies = list(hook_bodies(requests, 1_000))  # tool_use_ids distinct from the pass above
+        def sender(i: int) -> int:  # one client (connection) per thread
             with httpx.Client(base_url=base, timeout=60) as c:
-                appended[i] = sum(post(c, b)[1] for b in bodies[i::senders])
-
-        threads = [threading.Thread(target=sender, args=(i,)) for i in range(senders)]
+                return sum(post(c, b)[1] for b in bodies[i::senders])
         t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with ThreadPoolExecutor(senders) as pool:
+            events = sum(pool.map(sender, range(senders)))
         wall = time.perf_counter() - t0
-        return {"hook_p50_ms": q[49], "hook_p99_ms": q[98],
-                "hook_concurrent_events": sum(appended) / wall, "hook_concurrent_requests": requests / wall}
+        return {"hook_p50_ms": q[49], "hook_p99_ms": q[98], "hook_concurrent_events": events / wall,
+                "hook_concurrent_requests": requests / wall}
     finally:
         proc.terminate()
         try:
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
-        log.close()
 
 
-# -- driver -----------------------------------------------------------------------------
-
-def profile_import(corpus: Path, tmp: Path) -> str:
+def profile(corpus: Path, tmp: Path) -> None:
     services = build(Settings(tmp))
-    prof = cProfile.Profile()
-    prof.runcall(import_paths, services.ledger, [corpus])
-    prof.runcall(services.runner.catch_up)
+    for name, call in (("import", lambda: import_paths(services.ledger, [corpus])),
+                       ("catch-up", services.runner.catch_up)):
+        prof = cProfile.Profile()
+        prof.runcall(call)
+        with (RESULTS / f"profile-{name}.txt").open("w") as out:
+            pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
     services.close()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
-    return out.getvalue()
+
+
+def table_row(r: dict) -> str:  # type: ignore[type-arg]
+    fmt = "{:,.2f}" if r["unit"] == "ms" else "{:,.0f}"
+    runs = ", ".join(fmt.format(v) for v in r["runs"])
+    target = "—" if r["target"] is None else f"≥ {r['target']:,}"
+    met = "—" if r["met"] is None else ("yes" if r["met"] else "**no**")
+    return (f"| {r['metric']} | {fmt.format(r['median'])} | {r['unit']} | {runs} | {target} "
+            f"| {met} |")
 
 
 def main() -> None:
@@ -237,50 +209,40 @@ def main() -> None:
     ap.add_argument("--hook-requests", type=int, default=1000)
     ap.add_argument("--senders", type=int, default=8)
     ap.add_argument("--no-postgres", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="also cProfile one import + catch-up")
+    ap.add_argument("--profile", action="store_true", help="also cProfile one import + catch-up "
+                    "(top 40 by cumulative time to benchmarks/results/profile-*.txt)")
     args = ap.parse_args()
-    results_dir = ROOT / "benchmarks" / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="hookledger-bench-") as tmpname:
-        tmp = Path(tmpname)
+    with tempfile.TemporaryDirectory(prefix="hookledger-bench-") as name:
+        tmp = Path(name)
         k = make_corpus(tmp / "corpus", args.min_events)
-        use_pg = not args.no_postgres and pg_reachable()
+        try:
+            use_pg = not args.no_postgres and not psycopg.connect(PG_URL, connect_timeout=3).close()
+        except psycopg.Error:
+            use_pg = False
         for r in range(args.repeats):
-            measured = {f"sqlite:{m}": v for m, v in store_run(tmp / "corpus", Settings(tmp / f"s{r}"),
-                                                               args.min_events).items()}
+            got = store_run(tmp / "corpus", Settings(tmp / f"s{r}"), args.min_events, "sqlite")
             if use_pg:
-                measured |= {f"postgres:{m}": v for m, v in pg_run(tmp / "corpus", tmp / f"p{r}",
-                                                                   args.min_events).items()}
-            measured |= hook_run(Path(tempfile.mkdtemp(dir=tmp)), args.hook_requests, args.senders)
-            for m, v in measured.items():
+                got |= pg_run(tmp / "corpus", tmp / f"p{r}", args.min_events)
+            got |= hook_run(tmp / f"h{r}", args.hook_requests, args.senders)
+            for m, v in got.items():
                 runs.setdefault(m, []).append(v)
             print(f"repeat {r + 1}/{args.repeats} done", file=sys.stderr)
-            shutil.rmtree(tmp / f"s{r}", ignore_errors=True)
         if args.profile:
-            (results_dir / "profile-import.txt").write_text(profile_import(tmp / "corpus", tmp / "prof"))
-    targets = {"sqlite:import": IMPORT_TARGET, "sqlite:catch_up_all": REBUILD_TARGET}
-    targets |= {f"sqlite:rebuild:{n}": REBUILD_TARGET for n in PROJECTION_CLASSES}
-    rows = []
-    for m, vals in runs.items():
-        med = statistics.median(vals)
-        target = targets.get(m)
-        rows.append({"metric": m, "median": med, "runs": vals, "target": target,
-                     "met": None if target is None else med >= target,
-                     "unit": "ms" if m.endswith("_ms") else "events" if m.endswith(":events")
-                     else "requests/s" if m.endswith("requests") else "events/s"})
+            profile(tmp / "corpus", tmp / "prof")
+    rows = [{"metric": m, "median": statistics.median(v), "runs": v, "target": TARGETS.get(m),
+             "met": None if m not in TARGETS else statistics.median(v) >= TARGETS[m],
+             "unit": "ms" if m.endswith("_ms") else "events" if m.endswith(":events")
+             else "requests/s" if m.endswith("requests") else "events/s"}
+            for m, v in runs.items()]
     report = {"machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
                           "platform": platform.platform()},
               "params": vars(args) | {"copies": k, "postgres": use_pg}, "results": rows}
-    (results_dir / "latest.json").write_text(json.dumps(report, indent=2))
-    print(f"\n{k} copies of the Claude fixtures; medians of {args.repeats} run(s)\n")
+    (RESULTS / "latest.json").write_text(json.dumps(report, indent=2))
+    print(f"\n{k} copies of the Claude fixtures; median of {args.repeats} run(s)\n")
     print("| metric | median | unit | runs | target | met |\n|---|---:|---|---|---:|---|")
-    for row in rows:
-        fmt = "{:,.2f}" if row["unit"] == "ms" else "{:,.0f}"
-        t = "—" if row["target"] is None else f"≥ {row['target']:,}"
-        met = "—" if row["met"] is None else ("yes" if row["met"] else "**no**")
-        print(f"| {row['metric']} | {fmt.format(row['median'])} | {row['unit']} | "
-              f"{', '.join(fmt.format(v) for v in row['runs'])} | {t} | {met} |")
+    print("\n".join(map(table_row, rows)))
 
 
 if __name__ == "__main__":

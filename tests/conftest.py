@@ -84,11 +84,17 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def cli(settings: Settings, *args: str, check: bool = True, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def cli(
+    settings: Settings,
+    *args: str,
+    check: bool = True,
+    stdin: bytes | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
     """Run the real ``hookledger`` CLI in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "api.cli", *args],
-        env=settings_env(settings),
+        env={**settings_env(settings), **(extra_env or {})},
         input=stdin,
         capture_output=True,
         check=check,

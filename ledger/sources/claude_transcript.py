@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
-from ledger.privacy import might_contain_private, strip_private
+from ledger.privacy import strip_private
 from ledger.sources.claude_common import (
     AGENT,
     classify_prompt,
@@ -110,9 +110,8 @@ class TranscriptParser:
             reason = f"record is a JSON {type(rec).__name__}, not an object"
             yield Rejected(self.source, location, reason, line, AGENT, SOURCE_FORMAT)
             return
-        redactions: list[dict[str, Any]] = []
-        if might_contain_private(line):
-            rec, redactions = strip_private(rec)
+        # No byte-level pre-check: JSON escapes (``<\u0070rivate>``) would slip past it.
+        rec, redactions = strip_private(rec)
         ref = self._session_of(rec)
         if ref is None:
             self.orphans.append((rec, line, location))

@@ -1,0 +1,71 @@
+"""``PollingSQLiteApplicationRecorder``: ``subscribe()`` on SQLite, by polling.
+
+The library's own recorder contract (``eventsourcing.tests.persistence``) is run
+against it, plus a subscription fed by a ``Ledger`` writing in the same process.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from eventsourcing.sqlite import SQLiteDatastore
+from eventsourcing.tests import persistence
+
+from ledger.app import Ledger
+from ledger.config import Settings
+from ledger.ingest import ingest_hook
+from ledger.recorders import PollingSQLiteApplicationRecorder
+
+
+class TestPollingSQLiteApplicationRecorder(persistence.ApplicationRecorderTestCase):
+    test_performance = None  # timing-only tests of the base class
+    test_concurrent_throughput = None
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self) -> None:
+        self.tmp.cleanup()
+
+    def create_recorder(self) -> PollingSQLiteApplicationRecorder:
+        recorder = PollingSQLiteApplicationRecorder(
+            SQLiteDatastore(str(Path(self.tmp.name) / "events.db"))
+        )
+        recorder.create_table()
+        return recorder
+
+    def test_insert_subscribe(self) -> None:
+        self.optional_test_insert_subscribe()
+
+
+def prompt(n: int) -> bytes:
+    return json.dumps(
+        {
+            "session_id": "recorder-test",
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": f"prompt {n}",
+        }
+    ).encode()
+
+
+def test_subscription_receives_what_a_ledger_appends_after_it_started(tmp_path: Path) -> None:
+    ledger = Ledger(Settings(tmp_path).event_store_env())
+    try:
+        assert isinstance(ledger.recorder, PollingSQLiteApplicationRecorder)
+        before = ingest_hook(ledger, "claude-code", prompt(1), "cap-1", None).result.positions
+        start = max(before)
+        with ledger.recorder.subscribe(gt=start) as subscription:
+            after = ingest_hook(ledger, "claude-code", prompt(2), "cap-2", None).result.positions
+            received = []
+            for notification in subscription:
+                received.append(notification)
+                if len(received) == len(after):
+                    break
+        assert after and min(after) > start
+        assert [n.id for n in received] == after
+        assert all(n.originator_id == received[0].originator_id for n in received)
+        assert b"prompt 2" in received[-1].state
+    finally:
+        ledger.close()
