@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.session import Session
-from projections.base import Batch, Projection, event_time, session_events
+from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -35,7 +35,9 @@ class SessionsProjection(Projection):
         if not isinstance(event, Session.Event):
             return
         sid = str(event.originator_id)
-        at = event_time(event)
+        # Session times follow the source's clock; the ledger's clock only stands in
+        # while a session has no source time at all (records such as summaries have none).
+        at = iso(event.occurred_at)
         if isinstance(event, Session.Opened):
             row: dict[str, Any] = {
                 "id": sid,
@@ -66,7 +68,9 @@ class SessionsProjection(Projection):
         row["head_version"] = event.originator_version
         row["head_digest"] = event.digest
         row["head_position"] = position
-        if at is not None:
+        if at is None and row["started_at"] is None:
+            row["started_at"] = row["last_activity_at"] = event_time(event)
+        elif at is not None:
             if row["started_at"] is None or at < row["started_at"]:
                 row["started_at"] = at
             if row["last_activity_at"] is None or at > row["last_activity_at"]:
