@@ -20,7 +20,7 @@ from uuid import UUID
 
 import orjson
 from eventsourcing.domain import CanMutateAggregate
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 
 class Redaction(BaseModel):
@@ -76,6 +76,7 @@ class LedgerEvent(BaseModel, CanMutateAggregate[UUID]):
     record_key: str | None = None
     redactions: tuple[Redaction, ...] = ()
     digest: str = ""
+    _stored_state: dict[str, Any] | None = PrivateAttr(default=None)
 
     @property
     def recorded_at(self) -> datetime:
@@ -94,6 +95,21 @@ def canonical_bytes(event: BaseModel) -> bytes:
     state = event.model_dump(mode="json", exclude={"digest"})
     state["kind"] = type(event).__name__
     return orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
+
+
+def seal(previous: str, event: LedgerEvent) -> LedgerEvent:
+    """Return ``event`` with its chain ``digest`` set, dumping it to JSON only once
+    (the dump is kept for the mapper, which would otherwise dump it again)."""
+    state = event.model_dump(mode="json", exclude={"digest"})
+    canonical = orjson.dumps({**state, "kind": type(event).__name__}, option=orjson.OPT_SORT_KEYS)
+    h = hashlib.sha256(previous.encode("ascii"))
+    h.update(b"\n")
+    h.update(canonical)
+    digest = h.hexdigest()
+    sealed = event.model_copy(update={"digest": digest})
+    state["digest"] = digest
+    sealed._stored_state = state
+    return sealed
 
 
 def chain_digest(previous: str, event: BaseModel) -> str:

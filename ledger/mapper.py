@@ -41,7 +41,8 @@ class PydanticMapper(Mapper[Any]):
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         model = cast(BaseModel, domain_event)
-        state = model.model_dump(mode="json")
+        cached = getattr(domain_event, "_stored_state", None)
+        state = dict(cached) if cached is not None else model.model_dump(mode="json")
         originator_id = domain_event.originator_id
         originator_version = state.pop("originator_version")
         state.pop("originator_id")

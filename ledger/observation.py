@@ -8,6 +8,7 @@ its idempotency key and the raw record. It never touches the event store; the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from dataclasses import dataclass, field
@@ -22,6 +23,11 @@ SESSION_NAMESPACE = uuid.UUID("6f1c2a52-39a4-4bb5-8a4e-0c5a3d1f9b21")
 def session_id(agent: str, external_id: str) -> uuid.UUID:
     """Deterministic aggregate id: ``uuid5(NAMESPACE, f"{agent}:{external_id}")``."""
     return uuid.uuid5(SESSION_NAMESPACE, f"{agent}:{external_id}")
+
+
+@functools.cache
+def _cached_session_id(agent: str, external_id: str) -> uuid.UUID:
+    return session_id(agent, external_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +47,7 @@ class SessionRef:
 
     @property
     def id(self) -> uuid.UUID:
-        return session_id(self.agent, self.external_id)
+        return _cached_session_id(self.agent, self.external_id)
 
     @property
     def parent_id(self) -> uuid.UUID | None:

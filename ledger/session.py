@@ -17,7 +17,7 @@ from uuid import UUID
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
-from ledger.envelope import LedgerEvent, Redaction, chain_digest
+from ledger.envelope import LedgerEvent, Redaction, chain_digest, seal
 from ledger.lifecycle import ENDED_STATES, SessionStatus
 from ledger.observation import Observation, json_hash
 
@@ -349,7 +349,7 @@ class Session(BaseAggregate[UUID]):
             batch=batch,
             **data,
         )
-        event = event.model_copy(update={"digest": chain_digest(self.head_digest, event)})
+        event = seal(self.head_digest, event)
         event.mutate(self)
         self.pending_events.append(event)
 

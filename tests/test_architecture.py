@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WEB = {"api", "starlette", "sse_starlette", "uvicorn"}
 FORBIDDEN = {"ledger": WEB | {"projections", "duckdb"}, "projections": WEB}
 ALLOWED_AT_IMPORT = {
+    "PrivateAttr",  # pydantic field declaration
     "TypeVar",
     "ClassVar",
     "re.compile",
