@@ -14,9 +14,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
-DEFAULT_URL = "http://127.0.0.1:8765"
 
 
 @dataclass(frozen=True)
@@ -27,7 +24,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, data_dir: str | Path | None = None) -> Settings:
-        """``--data-dir`` beats ``HOOKLEDGER_DATABASE_DIR``; default: the platform user data dir."""
+        """``--data-dir`` beats ``HOOKLEDGER_DATA_DIR``; default: the platform user data dir."""
         chosen = data_dir or os.environ.get("HOOKLEDGER_DATA_DIR")
         if not chosen:
             import platformdirs
@@ -46,6 +43,8 @@ class Settings:
     def event_store_env(self) -> dict[str, str]:
         """Environment for the eventsourcing ``Ledger`` application."""
         if self.is_postgres:
+            from sqlalchemy.engine import make_url  # not at import: `hookledger hook` loads this module
+
             url = make_url(self.database_url or "")
             env = {
                 "PERSISTENCE_MODULE": "eventsourcing.postgres",
@@ -70,6 +69,8 @@ class Settings:
     def views_url(self) -> str:
         """SQLAlchemy URL of the read models."""
         if self.is_postgres:
+            from sqlalchemy.engine import make_url
+
             url = make_url(self.database_url or "").set(drivername="postgresql+psycopg")
             return url.render_as_string(hide_password=False)
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -90,31 +90,27 @@ class LedgerEvent(BaseModel, CanMutateAggregate[UUID]):
         aggregate.apply_event(self)
 
 
-def canonical_bytes(event: BaseModel) -> bytes:
-    """The canonical JSON bytes hashed into the chain (sorted keys, ``digest`` left out)."""
-    state = event.model_dump(mode="json", exclude={"digest"})
-    state["kind"] = type(event).__name__
-    return orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
+def _link(previous: str, state: dict[str, Any], kind: str) -> str:
+    """``sha256(previous + "\\n" + canonical JSON)``; canonical = ``state`` (``digest``
+    left out) plus ``kind``, sorted keys, no whitespace."""
+    h = hashlib.sha256(previous.encode("ascii"))
+    h.update(b"\n")
+    h.update(orjson.dumps({**state, "kind": kind}, option=orjson.OPT_SORT_KEYS))
+    return h.hexdigest()
+
+
+def chain_digest(previous: str, event: BaseModel) -> str:
+    """The digest ``event`` must carry after ``previous`` (what ``verify`` recomputes)."""
+    return _link(previous, event.model_dump(mode="json", exclude={"digest"}), type(event).__name__)
 
 
 def seal(previous: str, event: LedgerEvent) -> LedgerEvent:
-    """Return ``event`` with its chain ``digest`` set, dumping it to JSON only once
-    (the dump is kept for the mapper, which would otherwise dump it again)."""
+    """Return ``event`` with its chain ``digest`` set, dumping it to JSON only once:
+    the dump is kept for :class:`ledger.mapper.PydanticMapper`, which would otherwise
+    dump it again to store it."""
     state = event.model_dump(mode="json", exclude={"digest"})
-    canonical = orjson.dumps({**state, "kind": type(event).__name__}, option=orjson.OPT_SORT_KEYS)
-    h = hashlib.sha256(previous.encode("ascii"))
-    h.update(b"\n")
-    h.update(canonical)
-    digest = h.hexdigest()
+    digest = _link(previous, state, type(event).__name__)
     sealed = event.model_copy(update={"digest": digest})
     state["digest"] = digest
     sealed._stored_state = state
     return sealed
-
-
-def chain_digest(previous: str, event: BaseModel) -> str:
-    """Hex sha256 of ``previous`` + newline + :func:`canonical_bytes` of ``event``."""
-    h = hashlib.sha256(previous.encode("ascii"))
-    h.update(b"\n")
-    h.update(canonical_bytes(event))
-    return h.hexdigest()

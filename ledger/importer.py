@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -30,7 +31,7 @@ class ImportSummary:
     def as_dict(self) -> dict[str, object]:
         return {
             "files": self.files,
-        "metadata_files": self.metadata_files,
+            "metadata_files": self.metadata_files,
             "sessions_added": self.result.sessions_created,
             "sessions_touched": len(self.result.sessions),
             "events_appended": self.result.appended,
@@ -57,10 +58,10 @@ def detect(path: Path, head: bytes) -> str | None:
     """Format of a file from its name and first bytes; None when not an agent file."""
     if path.name.endswith(".meta.json"):
         return None
-    stripped = head.lstrip()
     if path.suffix == ".jsonl":
-        return "claude-code.transcript" if _looks_like_claude(head.split(b"\n")) else None
-    if stripped.startswith(b"["):
+        lines = head.split(b"\n")
+        return "claude-code.transcript" if _looks_like_claude(_objects(lines[:-1] or lines)) else None
+    if head.lstrip().startswith(b"["):
         return "claude-code.transcript-array"
     return None
 
@@ -69,15 +70,20 @@ _CLAUDE_TYPES = {"user", "assistant", "system", "summary", "progress", "file-his
                  "queue-operation", "attachment"}
 
 
-def _looks_like_claude(lines: list[bytes]) -> bool:
-    """Claude Code transcript lines carry ``sessionId`` (camelCase) and a known ``type``;
-    Gemini JSONL carries ``projectHash``/``$set``; stream-json uses ``session_id``."""
-    seen = False
-    for line in lines[:-1] or lines:
+def _objects(lines: Iterable[bytes]) -> Iterator[Any]:
+    for line in lines:
         try:
-            rec = orjson.loads(line)
+            yield orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
+
+
+def _looks_like_claude(records: Iterable[Any]) -> bool:
+    """Claude Code transcript records carry ``sessionId`` (camelCase) and a known ``type``;
+    Gemini JSONL carries ``projectHash``/``$set``, Codex ``payload``; stream-json uses
+    ``session_id``."""
+    seen = False
+    for rec in records:
         if not isinstance(rec, dict):
             continue
         if "projectHash" in rec or "$set" in rec or "payload" in rec:
@@ -97,11 +103,19 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
         agent_type = _meta_agent_type(meta) if path.name.startswith("agent-") else None
         yield from claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
     elif fmt == "claude-code.transcript-array":
-        if _is_hook_log(data):
+        try:
+            records = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            fmt_name = claude_transcript.SOURCE_FORMAT
+            yield Rejected(source, "file", f"not valid JSON: {e}", data, "claude-code", fmt_name)
+            return
+        if not isinstance(records, list):
+            raise ValueError("a JSON document that is not an array")
+        if records and isinstance(records[0], dict) and "hook_event_name" in records[0]:
             raise ValueError("a JSON array of hook payloads (replay it with POST /v1/hooks/…)")
-        if not _is_transcript_array(data):
+        if not _looks_like_claude(records[:50]):
             raise ValueError("a JSON array that is not a Claude Code transcript")
-        yield from claude_transcript.parse_array(data, source)
+        yield from claude_transcript.parse_array(records, source)
     else:
         raise ValueError("not a recognised agent transcript")
 
@@ -113,24 +127,6 @@ def _meta_agent_type(meta: Path) -> str | None:
     except (OSError, orjson.JSONDecodeError, AttributeError):
         return None
     return value if isinstance(value, str) else None
-
-
-def _is_hook_log(data: bytes) -> bool:
-    try:
-        records = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return False
-    return bool(records) and isinstance(records[0], dict) and "hook_event_name" in records[0]
-
-
-def _is_transcript_array(data: bytes) -> bool:
-    try:
-        records = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return True  # let the parser record why it is not valid JSON
-    if not isinstance(records, list):
-        return False
-    return _looks_like_claude([orjson.dumps(r) for r in records[:50]] + [b""])
 
 
 def import_paths(

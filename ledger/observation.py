@@ -119,7 +119,3 @@ def json_hash(value: Any) -> str:
         data = repr(value).encode()
     return hashlib.sha256(data).hexdigest()[:16]
 
-
-def text_key(prefix: str, text: str, occurrence: int) -> str:
-    """Content-derived key: ``f"{prefix}:{sha256(text)[:16]}:{occurrence}"``."""
-    return f"{prefix}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}:{occurrence}"

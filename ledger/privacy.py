@@ -16,12 +16,6 @@ _TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE)
 PLACEHOLDER = "[private]"
 
 
-def might_contain_private(data: bytes) -> bool:
-    """Cheap pre-check on raw bytes (JSON-escaped ``<`` is checked too)."""
-    low = data.lower()
-    return b"private" in low and (b"<" in low or b"\\u003c" in low)
-
-
 def strip_private_text(text: str) -> tuple[str, int]:
     """Remove ``<private>…</private>`` spans from ``text``; returns (text, spans removed)."""
     if "<" not in text:

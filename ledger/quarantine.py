@@ -17,7 +17,7 @@ from uuid import UUID, uuid5
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
-from ledger.envelope import LedgerEvent, chain_digest
+from ledger.envelope import LedgerEvent, seal
 from ledger.observation import SESSION_NAMESPACE, Rejected
 from ledger.privacy import strip_private_text
 
@@ -70,7 +70,7 @@ class Quarantine(BaseAggregate[UUID]):
             source_format="hookledger.quarantine",
             source=source,
         )
-        event = event.model_copy(update={"digest": chain_digest("", event)})
+        event = seal("", event)
         agg = event.mutate(None)
         assert isinstance(agg, Quarantine)
         agg.pending_events.append(event)
@@ -110,7 +110,7 @@ class Quarantine(BaseAggregate[UUID]):
             "redactions": [{"kind": "private_tag", "path": "$", "count": removed}] if removed else [],
         }
         event = self.InputRejected(**fields)
-        event = event.model_copy(update={"digest": chain_digest(self.head_digest, event)})
+        event = seal(self.head_digest, event)
         event.mutate(self)
         self.pending_events.append(event)
         return 1

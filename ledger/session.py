@@ -17,7 +17,7 @@ from uuid import UUID
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
-from ledger.envelope import LedgerEvent, Redaction, chain_digest, seal
+from ledger.envelope import LedgerEvent, Redaction, seal
 from ledger.lifecycle import ENDED_STATES, SessionStatus
 from ledger.observation import Observation, json_hash
 
@@ -230,7 +230,7 @@ class Session(BaseAggregate[UUID]):
             "cwd": ref.cwd,
         }
         event = cls.Opened(**fields)
-        event = event.model_copy(update={"digest": chain_digest("", event)})
+        event = seal("", event)
         agg = event.mutate(None)
         assert isinstance(agg, Session)
         agg.pending_events.append(event)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, Table, func, select
 
 from projections.runner import ReadModels
 
@@ -37,6 +37,15 @@ SESSION_FIELDS = (
 )
 
 
+def _session_columns(t: Table) -> list[ColumnElement[object]]:
+    """SESSION_FIELDS; times fall back to the ledger's clock when the source gave none."""
+    fallback = {"started_at": t.c.first_recorded_at, "last_activity_at": t.c.last_recorded_at}
+    return [
+        func.coalesce(t.c[f], fallback[f]).label(f) if f in fallback else t.c[f]
+        for f in SESSION_FIELDS
+    ]
+
+
 def list_sessions(
     models: ReadModels,
     *,
@@ -47,9 +56,9 @@ def list_sessions(
 ) -> list[dict[str, Any]]:
     """Sessions, most recent activity first (ties by id, so output is stable)."""
     t = models.table("sessions")
-    q = select(*[t.c[f] for f in SESSION_FIELDS]).order_by(
-        t.c.last_activity_at.desc(), t.c.id
-    )
+    columns = _session_columns(t)
+    last_activity = columns[SESSION_FIELDS.index("last_activity_at")]
+    q = select(*columns).order_by(last_activity.desc(), t.c.id)
     if agent:
         q = q.where(t.c.agent == agent)
     if status:
@@ -69,7 +78,7 @@ def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
     tc = models.table("tool_calls")
     sh = models.table("status_history")
     with models.engine.connect() as conn:
-        row = conn.execute(select(*[s.c[f] for f in SESSION_FIELDS]).where(s.c.id == session_id)).mappings().first()
+        row = conn.execute(select(*_session_columns(s)).where(s.c.id == session_id)).mappings().first()
         if row is None:
             return None
         out = dict(row)

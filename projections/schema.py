@@ -55,6 +55,8 @@ def _sessions(md: MetaData, sfx: str) -> list[Table]:
         Column("started_at", String(32)),
         Column("last_activity_at", String(32)),
         Column("ended_at", String(32)),
+        Column("first_recorded_at", String(32), nullable=False),
+        Column("last_recorded_at", String(32), nullable=False),
         Column("head_version", Integer, nullable=False),
         Column("head_digest", String(64), nullable=False),
         Column("head_position", BigInteger, nullable=False),

@@ -35,8 +35,8 @@ class SessionsProjection(Projection):
         if not isinstance(event, Session.Event):
             return
         sid = str(event.originator_id)
-        # Session times follow the source's clock; the ledger's clock only stands in
-        # while a session has no source time at all (records such as summaries have none).
+        # Session times follow the source's clock only (summaries and snapshots carry
+        # none); queries fall back to the ledger's clock for a session with no source time.
         at = iso(event.occurred_at)
         if isinstance(event, Session.Opened):
             row: dict[str, Any] = {
@@ -57,6 +57,7 @@ class SessionsProjection(Projection):
                 "started_at": at,
                 "last_activity_at": at,
                 "ended_at": None,
+                "first_recorded_at": iso(event.timestamp),
             }
         else:
             found = rows.get("sessions", (sid,))
@@ -68,9 +69,8 @@ class SessionsProjection(Projection):
         row["head_version"] = event.originator_version
         row["head_digest"] = event.digest
         row["head_position"] = position
-        if at is None and row["started_at"] is None:
-            row["started_at"] = row["last_activity_at"] = event_time(event)
-        elif at is not None:
+        row["last_recorded_at"] = iso(event.timestamp)
+        if at is not None:
             if row["started_at"] is None or at < row["started_at"]:
                 row["started_at"] = at
             if row["last_activity_at"] is None or at > row["last_activity_at"]:
@@ -88,7 +88,7 @@ class SessionsProjection(Projection):
             case Session.Started() if event.model:
                 row["model"] = event.model
             case Session.Ended():
-                row["ended_at"] = at
+                row["ended_at"] = at or event_time(event)
             case Session.Reopened():
                 row["ended_at"] = None
             case Session.LinkedToParent():

@@ -121,3 +121,17 @@ def test_the_checks_catch_what_they_look_for() -> None:
         "duckdb",
     ]
     assert [c for _, c in import_time_calls(tree.body)] == ["create_engine", "Ledger", "open"]
+
+
+def test_hook_command_path_does_not_load_the_database_stack() -> None:
+    # `hookledger hook` runs on every agent event: it loads the CLI, the settings and
+    # the hook client, and must not pay for SQLAlchemy, eventsourcing or pydantic.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, api.cli, api.hook_client, ledger.config; "
+        "print(sorted(m for m in ('sqlalchemy', 'eventsourcing', 'pydantic', 'duckdb') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -10,6 +10,7 @@ in ``tests/data/CCUSAGE_NOTES.md``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,30 @@ def test_json_array_transcript_equals_its_jsonl_form(services: Services, tmp_pat
     b = import_paths(services.ledger, [jsonl])
     assert b.result.appended == 0  # same records, same keys: nothing new
     assert len(a) >= 1
+
+
+def test_session_times_come_from_the_source_clock(services: Services) -> None:
+    # full-session-five opens with 16 `summary` records that carry no timestamp: the
+    # session's times must still be the transcript's, not the moment of the import.
+    path = FIXTURES / "agentcmd-claude-transcripts" / "full-session-five.jsonl"
+    stamps = sorted(
+        r["timestamp"] for r in map(json.loads, path.read_text().splitlines()) if r.get("timestamp")
+    )
+    (session,) = _import(services, path).values()
+    assert session["started_at"][:19] == stamps[0][:19]
+    assert session["last_activity_at"][:19] == stamps[-1][:19]
+
+
+def test_subagent_type_is_read_from_its_meta_json(services: Services) -> None:
+    folder = FIXTURES / "agent-sessions-schema-drift" / "claude_subagent"
+    summary = import_paths(services.ledger, [folder])
+    assert summary.metadata_files == 1 and not summary.skipped
+    services.runner.catch_up()
+    children = [s for s in queries.list_sessions(services.models) if s["parent_id"]]
+    assert [c["agent_type"] for c in children] == ["general-purpose"]
+
+
+def test_non_transcript_json_arrays_are_skipped_with_a_reason_not_rejected(services: Services) -> None:
+    summary = import_paths(services.ledger, [FIXTURES / "claude-code-action-stream-json"])
+    assert summary.files == 0 and summary.result.rejected == 0
+    assert [reason for _, reason in summary.skipped] == ["a JSON array that is not a Claude Code transcript"]

@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ledger.observation import Observation, SessionRef, json_hash
+from ledger.observation import Observation, SessionRef
 
 AGENT = "claude-code"
 

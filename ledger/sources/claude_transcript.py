@@ -56,20 +56,11 @@ def parse_records(
     yield from parser.finish()
 
 
-def parse_array(data: bytes, source: str) -> Iterator[Observation | Rejected]:
-    """Parse a JSON array of transcript records (what some hook loggers save)."""
-    try:
-        records = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        yield Rejected(source, "file", f"not valid JSON: {e}", data, AGENT, SOURCE_FORMAT)
-        return
-    if not isinstance(records, list):
-        yield Rejected(source, "file", "JSON document is not an array", data, AGENT, SOURCE_FORMAT)
-        return
+def parse_array(records: list[Any], source: str) -> Iterator[Observation | Rejected]:
+    """Parse the records of a JSON-array transcript (what some hook loggers save)."""
     parser = TranscriptParser(source)
     for i, rec in enumerate(records):
-        line = orjson.dumps(rec)
-        yield from parser.feed_value(rec, line, f"[{i}]")
+        yield from parser.feed_value(rec, orjson.dumps(rec), f"[{i}]")
     yield from parser.finish()
 
 
@@ -164,9 +155,7 @@ class TranscriptParser:
             ref = SessionRef(AGENT, f"{sid}/sidechain-{root}", sid, "sidechain", cwd)
         else:
             ref = SessionRef(AGENT, sid, None, None, cwd)
-        if ref.parent_external_id is None:
-            self.current = ref
-        elif self.current is None:
+        if ref.parent_external_id is None or self.current is None:
             self.current = ref
         return ref
 
