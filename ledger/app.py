@@ -20,13 +20,15 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, Mapper, Recording
+from eventsourcing.utils import retry
 
 from ledger.mapper import OrjsonTranscoder, PydanticMapper
 from ledger.observation import Observation, Rejected
 from ledger.quarantine import Quarantine, quarantine_id
 from ledger.session import Session
 
-MAX_ATTEMPTS = 8
+MAX_ATTEMPTS = 50
+RETRY_WAIT_S = 0.005
 CHUNK_EVENTS = 2000
 """Events per save() when one session receives many (an import of a large file)."""
 
@@ -105,25 +107,23 @@ class Ledger(Application[UUID]):
     def _record_session(self, sid: UUID, observations: list[Observation]) -> RecordResult:
         result = RecordResult(sessions=[sid])
         appended_keys: set[str] = set()
-        with self._locks[sid.int % len(self._locks)]:
-            for attempt in range(MAX_ATTEMPTS):
-                try:
-                    agg = self._get(sid, Session)
-                    now = datetime.now(UTC)
-                    if agg is None:
-                        agg = Session.open(observations[0], now)
-                        result.sessions_created = 1
-                    for obs in observations:
-                        if agg.observe(obs, now):
-                            appended_keys.add(obs.key)
-                        if len(agg.pending_events) >= CHUNK_EVENTS:
-                            self._save(agg, result)
+
+        def attempt() -> None:
+            agg = self._get(sid, Session)
+            now = datetime.now(UTC)
+            opening = agg is None
+            if agg is None:
+                agg = Session.open(observations[0], now)
+            for obs in observations:
+                if agg.observe(obs, now):
+                    appended_keys.add(obs.key)
+                if len(agg.pending_events) >= CHUNK_EVENTS:
                     self._save(agg, result)
-                    break
-                except IntegrityError:
-                    if attempt == MAX_ATTEMPTS - 1:
-                        raise
-                    self._evict(sid)
+                    result.sessions_created |= opening
+            self._save(agg, result)
+            result.sessions_created |= opening
+
+        self._retrying(sid, attempt)
         result.appended = len(result.positions)
         result.duplicates = len(observations) - len(appended_keys)
         return result
@@ -131,24 +131,28 @@ class Ledger(Application[UUID]):
     def _record_rejected(self, source: str, rejected: list[Rejected]) -> RecordResult:
         qid = quarantine_id(source)
         result = RecordResult()
-        with self._locks[qid.int % len(self._locks)]:
-            for attempt in range(MAX_ATTEMPTS):
-                try:
-                    agg = self._get(qid, Quarantine)
-                    now = datetime.now(UTC)
-                    if agg is None:
-                        agg = Quarantine.open(source, now)
-                    for item in rejected:
-                        agg.reject(item, now)
-                    self._save(agg, result)
-                    break
-                except IntegrityError:
-                    if attempt == MAX_ATTEMPTS - 1:
-                        raise
-                    self._evict(qid)
+
+        def attempt() -> None:
+            agg = self._get(qid, Quarantine)
+            now = datetime.now(UTC)
+            if agg is None:
+                agg = Quarantine.open(source, now)
+            for item in rejected:
+                agg.reject(item, now)
+            self._save(agg, result)
+
+        self._retrying(qid, attempt)
         result.rejected = len(rejected)
         result.appended = len(result.positions)
         return result
+
+    def _retrying(self, stream_id: UUID, attempt: Callable[[], None]) -> None:
+        """Run ``attempt`` under the stream's in-process lock; on a version clash with
+        another writer (``IntegrityError``) wait and run it again. Each attempt reloads
+        the aggregate (the cache fast-forwards), and observations are idempotent, so a
+        partly saved earlier attempt is never written twice."""
+        with self._locks[stream_id.int % len(self._locks)]:
+            retry(IntegrityError, max_attempts=MAX_ATTEMPTS, wait=RETRY_WAIT_S)(attempt)()
 
     def _save(self, agg: Any, result: RecordResult) -> None:
         if agg.pending_events:
@@ -163,11 +167,6 @@ class Ledger(Application[UUID]):
         if not isinstance(agg, cls):
             raise TypeError(f"stream {aggregate_id} holds a {type(agg).__name__}, not {cls.__name__}")
         return agg
-
-    def _evict(self, aggregate_id: UUID) -> None:
-        cache = self.repository.cache
-        if cache is not None:
-            cache.put(aggregate_id, None)  # type: ignore[arg-type]
 
     # -- reading --------------------------------------------------------------------
 

@@ -12,8 +12,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE)
+_TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE | re.ASCII)
 PLACEHOLDER = "[private]"
+
+
+def may_hold_private(raw: bytes) -> bool:
+    """Cheap, exact pre-check on JSON text: False only when no string in ``raw`` can
+    decode to a tag — no ``private`` in any (ASCII) case and no ``\\u`` escape that
+    could spell one."""
+    return b"\\u" in raw or b"private" in raw.lower()
 
 
 def strip_private_text(text: str) -> tuple[str, int]:

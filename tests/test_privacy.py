@@ -112,6 +112,15 @@ def test_private_tags_written_with_json_escapes_are_stripped(
     assert SECRET not in json.dumps(stored_states(services))
 
 
+def test_private_tags_in_upper_case_are_stripped_from_transcripts(
+    services: Services, tmp_path: Path
+) -> None:
+    transcript = tmp_path / "upper.jsonl"
+    transcript.write_text(json.dumps(TRANSCRIPT_LINE).replace("private>", "PRIVATE>") + "\n")
+    import_paths(services.ledger, [transcript])
+    assert SECRET not in json.dumps(stored_states(services))
+
+
 def test_hook_spool_holds_no_private_content(tmp_path: Path) -> None:
     nobody_listening = f"http://127.0.0.1:{free_port()}"
     run("claude-code", str(tmp_path), url=nobody_listening, stdin=json.dumps(PROMPT_HOOK).encode())

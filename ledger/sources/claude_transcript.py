@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
-from ledger.privacy import strip_private
+from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.claude_common import (
     AGENT,
     classify_prompt,
@@ -101,8 +101,9 @@ class TranscriptParser:
             reason = f"record is a JSON {type(rec).__name__}, not an object"
             yield Rejected(self.source, location, reason, line, AGENT, SOURCE_FORMAT)
             return
-        # No byte-level pre-check: JSON escapes (``<\u0070rivate>``) would slip past it.
-        rec, redactions = strip_private(rec)
+        redactions: list[dict[str, Any]] = []
+        if may_hold_private(line):  # walking every string of every record is the slow part
+            rec, redactions = strip_private(rec)
         ref = self._session_of(rec)
         if ref is None:
             self.orphans.append((rec, line, location))

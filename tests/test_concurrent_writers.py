@@ -1,0 +1,50 @@
+"""Two writer processes' worth of ledgers on one store: optimistic concurrency resolves
+their clashes by reloading, and nothing is lost or written twice.
+
+The first ledger runs with the aggregate cache the server uses (``cache_size``), so a
+version clash exercises the retry path over a cached aggregate.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+
+from api.bootstrap import build
+from ledger.config import Settings
+from ledger.ingest import ingest_hook
+from projections import queries
+
+from conftest import FIXTURES
+
+PROMPT = json.loads((FIXTURES / "coorp-serverless-plugins-hook-logs" / "user_prompt_submit.json").read_text())[1]
+PER_WRITER = 60
+
+
+def test_two_ledgers_writing_one_session_lose_and_duplicate_nothing(settings: Settings) -> None:
+    cached, plain = build(settings, cache_size=64), build(settings)
+    errors: list[BaseException] = []
+
+    def write(services, name: str) -> None:  # type: ignore[no-untyped-def]
+        try:
+            for i in range(PER_WRITER):
+                body = json.dumps({**PROMPT, "prompt": f"{name} prompt {i}"}).encode()
+                ingest_hook(services.ledger, "claude-code", body, f"{name}-{i}", datetime.now(UTC))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(s, n)) for s, n in ((cached, "a"), (plain, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        plain.runner.catch_up()
+        (session,) = queries.list_sessions(plain.models)
+        assert session["prompt_count"] == 2 * PER_WRITER
+        assert session["event_count"] == 2 * PER_WRITER + 1  # + Opened
+    finally:
+        cached.close()
+        plain.close()
