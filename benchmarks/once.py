@@ -1,0 +1,49 @@
+"""One import and one catch-up of the benchmark corpus with the code of the current
+directory — for A/B runs of two commits at the same moment on a noisy machine:
+
+    .venv/bin/python benchmarks/once.py /tmp/corpus            # builds the corpus if missing
+    git worktree add /tmp/old <commit>
+    (cd /tmp/old && PYTHONPATH=. /work/main/.venv/bin/python /work/main/benchmarks/once.py /tmp/corpus)
+
+Prints events appended, import events/s and catch-up (all projections) events/s.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path.cwd()))  # the checkout under test, not this file's
+
+from api.bootstrap import build  # noqa: E402
+from ledger.config import Settings  # noqa: E402
+from ledger.importer import import_paths  # noqa: E402
+
+
+def main() -> None:
+    corpus = Path(sys.argv[1])
+    if not corpus.exists():
+        sys.path.insert(0, str(Path(__file__).parent))
+        import run
+
+        run.make_corpus(corpus, 100_000)
+    data = Path(tempfile.mkdtemp())
+    try:
+        services = build(Settings(data))
+        t = time.perf_counter()
+        appended = import_paths(services.ledger, [corpus]).result.appended
+        imported = time.perf_counter() - t
+        t = time.perf_counter()
+        services.runner.catch_up()
+        caught_up = time.perf_counter() - t
+        services.close()
+        print(f"{appended} events: import {appended / imported:,.0f}/s, catch-up {appended / caught_up:,.0f}/s")
+    finally:
+        shutil.rmtree(data)
+
+
+if __name__ == "__main__":
+    main()
