@@ -141,7 +141,12 @@ class Server:
                 self.proc.kill()
             else:
                 self.proc.terminate()
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # never leave a server behind a failed test
+                self.proc.wait(timeout=30)
+                raise
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def test_bad_input_is_rejected_with_a_reason_and_kept(settings: Settings, server
         assert r.json()["positions"], "the rejected body must be recorded"
     r = httpx.post(server.url + "/v1/hooks/no-such-agent", content=b"{}", timeout=30)
     assert r.status_code == 404
-    huge = {**PROMPT, "prompt": "x" * 1_000_000}
+    huge = {**PROMPT, "prompt": "x" * 5_000_000}
     assert httpx.post(url, json=huge, timeout=60).status_code == 202
     unknown = {**PROMPT, "hook_event_name": "FileChanged"}
     assert httpx.post(url, json=unknown, timeout=30).status_code == 202
