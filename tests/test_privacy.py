@@ -102,21 +102,18 @@ def test_private_content_of_rejected_input_is_not_stored(services: Services) -> 
     assert SECRET not in json.dumps(stored_states(services))
 
 
-def test_private_tags_written_with_json_escapes_are_stripped(
-    services: Services, tmp_path: Path
+@pytest.mark.parametrize(
+    ("tag_end", "json_escaped"),
+    [("\\u0070rivate>", True), ("PRIVATE>", False)],
+    ids=["json-escaped", "upper-case"],
+)
+def test_disguised_private_tags_in_transcripts_are_stripped(
+    services: Services, tmp_path: Path, tag_end: str, json_escaped: bool
 ) -> None:
-    transcript = tmp_path / "escaped.jsonl"
-    transcript.write_text(json.dumps(TRANSCRIPT_LINE).replace("private>", "\\u0070rivate>") + "\n")
-    assert json.loads(transcript.read_text())["message"]["content"] == f"my key is {PRIVATE}"
-    import_paths(services.ledger, [transcript])
-    assert SECRET not in json.dumps(stored_states(services))
-
-
-def test_private_tags_in_upper_case_are_stripped_from_transcripts(
-    services: Services, tmp_path: Path
-) -> None:
-    transcript = tmp_path / "upper.jsonl"
-    transcript.write_text(json.dumps(TRANSCRIPT_LINE).replace("private>", "PRIVATE>") + "\n")
+    transcript = tmp_path / "disguised.jsonl"
+    transcript.write_text(json.dumps(TRANSCRIPT_LINE).replace("private>", tag_end) + "\n")
+    if json_escaped:
+        assert json.loads(transcript.read_text())["message"]["content"] == f"my key is {PRIVATE}"
     import_paths(services.ledger, [transcript])
     assert SECRET not in json.dumps(stored_states(services))
 
