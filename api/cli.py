@@ -6,28 +6,15 @@ with everything already in the log, so they answer with all of it applied.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from api.cli_context import dump as _dump
+from api.cli_context import services as _services
 from ledger.config import Settings
-
-
-def _services(ctx: click.Context) -> Any:
-    from api.bootstrap import build
-
-    obj = ctx.ensure_object(dict)
-    if "services" not in obj:
-        obj["services"] = build(obj["settings"])
-        ctx.call_on_close(obj["services"].close)
-    return obj["services"]
-
-
-def _dump(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False))
 
 
 @click.group()
