@@ -181,6 +181,16 @@ class Session(BaseAggregate[UUID]):
 
         hook_event_name: str
 
+    class CostReported(Event):
+        """The agent's own cost figure, kept beside the ledger's computed cost (client-side
+        and approximate, e.g. stream-json ``result.total_cost_usd``). ``cost_usd`` in USD
+        for ``scope`` (``run``: one agent process or turn); ``by_model`` maps a model name
+        to the agent's own per-model figures when it gives them (``modelUsage``)."""
+
+        cost_usd: float
+        scope: str = "run"
+        by_model: Any = None
+
     EVENT_CLASSES: ClassVar[dict[str, type[Session.Event]]] = {}
 
     def __init__(
