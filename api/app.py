@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from api.bootstrap import Services
 from api.hook_client import uuid7
+from ledger.envelope import raw_record
 from ledger.ingest import HOOK_PARSERS, ingest_hook
 from ledger.sources.claude_common import parse_time
 from ledger.spool import drain
@@ -162,6 +163,7 @@ def _events(services: Services, sid: str) -> list[dict[str, Any]]:
     for event in services.ledger.events.get(UUID(sid)):
         data = event.model_dump(mode="json")
         data["kind"] = type(event).__name__
+        data["raw"] = raw_record(event)
         data["position"] = positions.get(event.originator_version)
         data["recorded_at"] = data.pop("timestamp")
         out.append(data)

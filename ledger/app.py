@@ -2,17 +2,17 @@
 
 Writes go through :meth:`Ledger.record`. Observations are grouped per session; each
 session's aggregate is loaded (or opened), every observation is applied (duplicates
-by idempotency key append nothing) and the new events are saved in one transaction
-per chunk. Concurrent writers of the same session are serialised in-process by a lock
-and across processes by eventsourcing's optimistic concurrency (a version clash raises
-``IntegrityError``; the session is reloaded and the observations applied again, which
-is safe because they are idempotent).
+by idempotency key append nothing) and the new events of all sessions are saved
+together, one transaction per chunk of events. Writers in one process are serialised
+by a lock; across processes eventsourcing's optimistic concurrency decides (a version
+clash raises ``IntegrityError``; each session is then reloaded and its observations
+applied again, which is safe because they are idempotent).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,8 +29,8 @@ from ledger.session import Session
 
 MAX_ATTEMPTS = 50
 RETRY_WAIT_S = 0.005
-CHUNK_EVENTS = 2000
-"""Events per save() when one session receives many (an import of a large file)."""
+CHUNK_EVENTS = 5000
+"""Events per save() (one transaction), across all the sessions of one record() call."""
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Ledger(Application[UUID]):
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         super().__init__(env)
-        self._locks = [threading.Lock() for _ in range(64)]
+        self._write_lock = threading.RLock()
         self._listeners: list[Callable[[int], None]] = []
 
     def construct_mapper(self) -> Mapper[UUID]:
@@ -88,6 +88,12 @@ class Ledger(Application[UUID]):
     def record(self, items: Iterable[Observation | Rejected]) -> RecordResult:
         """Append every new fact in ``items``; duplicates and bad input never raise.
 
+        All streams touched by one call are saved together, in transactions of up to
+        :data:`CHUNK_EVENTS` events (one commit, not one per session). If another writer
+        changed one of those streams meanwhile (``IntegrityError`` on a version), the
+        chunk rolls back and each stream is recorded again on its own, reloading it
+        first; observations are idempotent, so nothing is written twice.
+
         Returns a :class:`RecordResult` with the appended notification positions.
         """
         by_session: dict[UUID, list[Observation]] = {}
@@ -97,67 +103,63 @@ class Ledger(Application[UUID]):
                 by_source.setdefault(item.source, []).append(item)
             else:
                 by_session.setdefault(item.session.id, []).append(item)
+        work: list[_StreamWork] = [
+            _SessionWork(sid, observations) for sid, observations in by_session.items()
+        ]
+        work.extend(_RejectedWork(source, rejected) for source, rejected in by_source.items())
         result = RecordResult()
+        saved_keys: set[str] = set()
+        with self._write_lock:
+            try:
+                self._record_together(work, result, saved_keys)
+            except IntegrityError:
+                for w in work:
+                    self._record_alone(w, result, saved_keys)
+        result.appended = len(result.positions)
         for sid, observations in by_session.items():
-            result.add(self._record_session(sid, observations))
-        for source, rejected in by_source.items():
-            result.add(self._record_rejected(source, rejected))
+            result.sessions.append(sid)
+            keys = {o.key for o in observations}
+            result.duplicates += len(observations) - len(keys & saved_keys)
+        result.rejected = sum(len(r) for r in by_source.values())
         return result
 
-    def _record_session(self, sid: UUID, observations: list[Observation]) -> RecordResult:
-        result = RecordResult(sessions=[sid])
-        appended_keys: set[str] = set()
+    def _record_together(
+        self, work: list[_StreamWork], result: RecordResult, saved: set[str]
+    ) -> None:
+        """Apply every stream's items, saving all touched streams in shared chunks."""
+        dirty: list[_StreamWork] = []
+        pending = 0
+        for w in work:
+            w.begin(self)
+            dirty.append(w)
+            for n in w.apply_all():
+                pending += n
+                if pending >= CHUNK_EVENTS:
+                    self._save_all(dirty, result, saved)
+                    dirty, pending = [w], 0
+        self._save_all(dirty, result, saved)
+
+    def _record_alone(self, w: _StreamWork, result: RecordResult, saved: set[str]) -> None:
+        """One stream, reloaded and retried on version clashes with other writers."""
 
         def attempt() -> None:
-            agg = self._get(sid, Session)
-            now = datetime.now(UTC)
-            opening = agg is None
-            if agg is None:
-                agg = Session.open(observations[0], now)
-            for obs in observations:
-                if agg.observe(obs, now):
-                    appended_keys.add(obs.key)
-                if len(agg.pending_events) >= CHUNK_EVENTS:
-                    self._save(agg, result)
-                    result.sessions_created |= opening
-            self._save(agg, result)
-            result.sessions_created |= opening
+            w.begin(self)
+            for n in w.apply_all():
+                if n and len(w.aggregate.pending_events) >= CHUNK_EVENTS:
+                    self._save_all([w], result, saved)
+            self._save_all([w], result, saved)
 
-        self._retrying(sid, attempt)
-        result.appended = len(result.positions)
-        result.duplicates = len(observations) - len(appended_keys)
-        return result
+        retry(IntegrityError, max_attempts=MAX_ATTEMPTS, wait=RETRY_WAIT_S)(attempt)()
 
-    def _record_rejected(self, source: str, rejected: list[Rejected]) -> RecordResult:
-        qid = quarantine_id(source)
-        result = RecordResult()
-
-        def attempt() -> None:
-            agg = self._get(qid, Quarantine)
-            now = datetime.now(UTC)
-            if agg is None:
-                agg = Quarantine.open(source, now)
-            for item in rejected:
-                agg.reject(item, now)
-            self._save(agg, result)
-
-        self._retrying(qid, attempt)
-        result.rejected = len(rejected)
-        result.appended = len(result.positions)
-        return result
-
-    def _retrying(self, stream_id: UUID, attempt: Callable[[], None]) -> None:
-        """Run ``attempt`` under the stream's in-process lock; on a version clash with
-        another writer (``IntegrityError``) wait and run it again. Each attempt reloads
-        the aggregate (the cache fast-forwards), and observations are idempotent, so a
-        partly saved earlier attempt is never written twice."""
-        with self._locks[stream_id.int % len(self._locks)]:
-            retry(IntegrityError, max_attempts=MAX_ATTEMPTS, wait=RETRY_WAIT_S)(attempt)()
-
-    def _save(self, agg: Any, result: RecordResult) -> None:
-        if agg.pending_events:
-            recordings = self.save(agg)
-            result.positions.extend(r.notification.id for r in recordings)
+    def _save_all(self, work: list[_StreamWork], result: RecordResult, saved: set[str]) -> None:
+        """Save the pending events of every stream in ``work`` in one transaction."""
+        aggregates = [w.aggregate for w in work if w.aggregate.pending_events]
+        if not aggregates:
+            return
+        for r in self.save(*aggregates):
+            result.positions.append(r.notification.id)
+            saved.add(r.domain_event.event_key)
+            result.sessions_created += isinstance(r.domain_event, Session.Opened)
 
     def _get(self, aggregate_id: UUID, cls: type[Any]) -> Any:
         try:
@@ -165,7 +167,8 @@ class Ledger(Application[UUID]):
         except AggregateNotFoundError:
             return None
         if not isinstance(agg, cls):
-            raise TypeError(f"stream {aggregate_id} holds a {type(agg).__name__}, not {cls.__name__}")
+            held = type(agg).__name__
+            raise TypeError(f"stream {aggregate_id} holds a {held}, not {cls.__name__}")
         return agg
 
     # -- reading --------------------------------------------------------------------
@@ -173,3 +176,52 @@ class Ledger(Application[UUID]):
     def max_position(self) -> int:
         """Highest notification id (global position) in the log; 0 when empty."""
         return self.recorder.max_notification_id() or 0
+
+
+class _StreamWork:
+    """What one :meth:`Ledger.record` call does to one stream: (re)load the aggregate,
+    then apply the items to it."""
+
+    aggregate: Any = None
+    now: datetime
+
+    def begin(self, ledger: Ledger) -> None:
+        raise NotImplementedError
+
+    def apply_all(self) -> Iterator[int]:
+        """Apply the items to :attr:`aggregate`, yielding events appended per item."""
+        raise NotImplementedError
+
+
+class _SessionWork(_StreamWork):
+    def __init__(self, sid: UUID, observations: list[Observation]) -> None:
+        self.sid = sid
+        self.observations = observations
+
+    def begin(self, ledger: Ledger) -> None:
+        self.now = datetime.now(UTC)
+        found = ledger._get(self.sid, Session)
+        if found is None:
+            found = Session.open(self.observations[0], self.now)
+        self.aggregate = found
+
+    def apply_all(self) -> Iterator[int]:
+        agg, now = self.aggregate, self.now
+        for obs in self.observations:
+            yield agg.observe(obs, now)
+
+
+class _RejectedWork(_StreamWork):
+    def __init__(self, source: str, rejected: list[Rejected]) -> None:
+        self.qid = quarantine_id(source)
+        self.source = source
+        self.rejected = rejected
+
+    def begin(self, ledger: Ledger) -> None:
+        self.now = datetime.now(UTC)
+        found = ledger._get(self.qid, Quarantine)
+        self.aggregate = found if found is not None else Quarantine.open(self.source, self.now)
+
+    def apply_all(self) -> Iterator[int]:
+        for item in self.rejected:
+            yield self.aggregate.reject(item, self.now)

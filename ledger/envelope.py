@@ -20,7 +20,7 @@ from uuid import UUID
 
 import orjson
 from eventsourcing.domain import CanMutateAggregate
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict
 
 
 class Redaction(BaseModel):
@@ -53,8 +53,10 @@ class LedgerEvent(BaseModel, CanMutateAggregate[UUID]):
         source_version: the agent's version when the source states it.
         occurred_at: the source's clock, when present (sources disagree and go
             backwards; order is the log order, never timestamps).
-        raw: the source record after privacy processing (None when the record's raw
+        raw: the source record after privacy processing, as JSON text: the line or body
+            exactly as received when privacy changed nothing (None when the record's raw
             form is carried by an earlier event of the same record, see ``record_key``).
+            Parse it with :func:`raw_record`.
         record_key: key of the source record this fact came from.
         redactions: privacy redactions applied to ``raw`` and the payload.
         digest: the hash chain link, hex sha256 (see module docstring).
@@ -76,7 +78,6 @@ class LedgerEvent(BaseModel, CanMutateAggregate[UUID]):
     record_key: str | None = None
     redactions: tuple[Redaction, ...] = ()
     digest: str = ""
-    _stored_state: dict[str, Any] | None = PrivateAttr(default=None)
 
     @property
     def recorded_at(self) -> datetime:
@@ -90,27 +91,67 @@ class LedgerEvent(BaseModel, CanMutateAggregate[UUID]):
         aggregate.apply_event(self)
 
 
-def _link(previous: str, state: dict[str, Any], kind: str) -> str:
-    """``sha256(previous + "\\n" + canonical JSON)``; canonical = ``state`` (``digest``
-    left out) plus ``kind``, sorted keys, no whitespace."""
+_CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def canonical_bytes(event: BaseModel) -> bytes:
+    """The event's canonical JSON: its fields without ``digest``, plus ``kind`` (the class
+    name), keys sorted at every level, no whitespace, UTC times with ``Z``.
+
+    Equal, byte for byte, to ``orjson.dumps({**model_dump(mode="json", exclude={"digest"}),
+    "kind": ...}, OPT_SORT_KEYS)`` (what :func:`chain_digest` hashes), but dumped by
+    orjson straight from the validated field values, without pydantic's walk over ``raw``.
+    """
+    state = dict(event.__dict__)
+    state.pop("digest", None)
+    state["kind"] = type(event).__name__
+    return orjson.dumps(state, default=_json_default, option=_CANONICAL)
+
+
+def raw_record(event: LedgerEvent) -> Any:
+    """The event's raw source record as a JSON value (None when it has none)."""
+    raw = event.raw
+    return orjson.loads(raw) if isinstance(raw, str) else raw
+
+
+def _link(previous: str, canonical: bytes) -> str:
+    """``sha256(previous + "\n" + canonical)`` as hex."""
     h = hashlib.sha256(previous.encode("ascii"))
     h.update(b"\n")
-    h.update(orjson.dumps({**state, "kind": kind}, option=orjson.OPT_SORT_KEYS))
+    h.update(canonical)
     return h.hexdigest()
 
 
 def chain_digest(previous: str, event: BaseModel) -> str:
-    """The digest ``event`` must carry after ``previous`` (what ``verify`` recomputes)."""
-    return _link(previous, event.model_dump(mode="json", exclude={"digest"}), type(event).__name__)
+    """The digest ``event`` must carry after ``previous`` — the reference computation
+    that ``verify`` runs, through pydantic's own JSON dump (independent of the fast path
+    :func:`canonical_bytes` that writers use)."""
+    state = event.model_dump(mode="json", exclude={"digest"})
+    state["kind"] = type(event).__name__
+    return _link(previous, orjson.dumps(state, option=orjson.OPT_SORT_KEYS))
+
+
+def stored_bytes(event: LedgerEvent) -> bytes:
+    """What the event store keeps: the event's fields as JSON (``class_version`` added
+    when above 1; keys in field order — only the hash input needs them sorted)."""
+    state = dict(event.__dict__)
+    version = type(event).class_version
+    if version > 1:
+        state["class_version"] = version
+    return orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z)
 
 
 def seal(previous: str, event: LedgerEvent) -> LedgerEvent:
-    """Return ``event`` with its chain ``digest`` set, dumping it to JSON only once:
-    the dump is kept for :class:`ledger.mapper.PydanticMapper`, which would otherwise
-    dump it again to store it."""
-    state = event.model_dump(mode="json", exclude={"digest"})
-    digest = _link(previous, state, type(event).__name__)
-    sealed = event.model_copy(update={"digest": digest})
-    state["digest"] = digest
-    sealed._stored_state = state
-    return sealed
+    """Set ``event.digest`` to its chain link after ``previous`` and return the event.
+
+    Only for an event just constructed and not yet shared: the frozen model's digest is
+    written in place, so it is built (and validated) once.
+    """
+    event.__dict__["digest"] = _link(previous, canonical_bytes(event))
+    return event

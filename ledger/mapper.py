@@ -1,14 +1,15 @@
 """Pydantic mapper and orjson transcoder for eventsourcing 9.5.
 
 The 9.5 wheel has no pydantic support (the documented example lives in the library's
-repository, ``examples/aggregate7``). This mapper stores ``model_dump(mode="json")``
-as orjson bytes and rebuilds events with ``model_validate``, applying
-``upcast_vN_vN+1`` class-version upcasters (which the example mapper lacks).
+repository, ``examples/aggregate7``). This mapper stores each event's canonical JSON
+(:func:`ledger.envelope.stored_bytes`: the hash-chain input plus ``digest``) and
+rebuilds events with ``model_validate``, applying ``upcast_vN_vN+1`` class-version
+upcasters (which the example mapper lacks).
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from eventsourcing.persistence import (
@@ -18,7 +19,8 @@ from eventsourcing.persistence import (
     Transcoder,
 )
 from eventsourcing.utils import get_topic, resolve_topic
-from pydantic import BaseModel
+
+from ledger.envelope import stored_bytes
 
 
 class OrjsonTranscoder(Transcoder):
@@ -40,23 +42,14 @@ class PydanticMapper(Mapper[Any]):
     """
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        model = cast(BaseModel, domain_event)
-        cached = getattr(domain_event, "_stored_state", None)
-        state = dict(cached) if cached is not None else model.model_dump(mode="json")
-        originator_id = domain_event.originator_id
-        originator_version = state.pop("originator_version")
-        state.pop("originator_id")
-        class_version = getattr(type(domain_event), "class_version", 1)
-        if class_version > 1:
-            state["class_version"] = class_version
-        stored = self.transcoder.encode(state)
+        stored = stored_bytes(domain_event)
         if self.compressor:
             stored = self.compressor.compress(stored)
         if self.cipher:
             stored = self.cipher.encrypt(stored)
         return StoredEvent(
-            originator_id=originator_id,
-            originator_version=originator_version,
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
             topic=get_topic(type(domain_event)),
             state=stored,
         )
@@ -70,6 +63,7 @@ class PydanticMapper(Mapper[Any]):
             if self.compressor:
                 data = self.compressor.decompress(data)
             state: dict[str, Any] = self.transcoder.decode(data)
+            state.pop("kind", None)  # part of the canonical form, not a field
             state["originator_id"] = stored_event.originator_id
             state["originator_version"] = stored_event.originator_version
             class_version = getattr(cls, "class_version", 1)

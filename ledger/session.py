@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
 
+import orjson
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
@@ -254,7 +255,8 @@ class Session(BaseAggregate[UUID]):
         Returns the number of events appended (0 for a duplicate; 2 when the fact
         reopened an ended session).
         """
-        if obs.key in self.seen_keys or any(k in self.seen_keys for k in obs.alias_keys):
+        seen = self.seen_keys
+        if obs.key in seen or (obs.alias_keys and not seen.isdisjoint(obs.alias_keys)):
             return 0
         alias_keys = obs.alias_keys
         cls = self.EVENT_CLASSES[obs.kind]
@@ -340,6 +342,8 @@ class Session(BaseAggregate[UUID]):
         data: dict[str, Any],
         alias_keys: tuple[str, ...] = (),
     ) -> None:
+        if raw is not None and not isinstance(raw, str):
+            raw = raw.strip().decode("utf-8") if isinstance(raw, bytes) else orjson.dumps(raw).decode()
         event = cls(
             originator_id=self.id,
             originator_version=self.version + 1,

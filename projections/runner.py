@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, MetaData, Table, insert, select, text, update
 
 from ledger.app import Ledger
+from ledger.gcpause import gc_paused
 from projections.base import Projection
 from projections.batches import BatchesProjection
 from projections.event_index import EventIndexProjection
@@ -102,8 +103,10 @@ class ProjectionRunner:
 
     def catch_up(self, stop: int | None = None, max_sections: int | None = None) -> int:
         """Apply everything in the log (up to ``stop``); returns events applied."""
-        with self._lock:
-            return _catch_up(self.ledger, self.models, self.projections, self.models.tracking, stop, max_sections)
+        with self._lock, gc_paused():
+            return _catch_up(
+                self.ledger, self.models, self.projections, self.models.tracking, stop, max_sections
+            )
 
     # -- rebuilding -----------------------------------------------------------------
 
@@ -114,7 +117,7 @@ class ProjectionRunner:
         shadow = build_tables(md, name, REBUILD_SUFFIX)
         tracking = tracking_table(md)
         shadow_name = name + REBUILD_SUFFIX
-        with self._lock:
+        with self._lock, gc_paused():
             with self.models.engine.begin() as conn:
                 for t in shadow.values():
                     t.drop(conn, checkfirst=True)

@@ -21,6 +21,7 @@ ALLOWED_AT_IMPORT = {
     "TypeVar",
     "ClassVar",
     "re.compile",
+    "threading.Lock",  # a module-level lock guarding process state (ledger.gcpause)
     "frozenset",
     "logging.getLogger",
     "uuid.UUID",

@@ -77,7 +77,7 @@ class TranscriptParser:
         self.prompt_counts: dict[tuple[str, str], int] = {}
         self.child_prompted: set[str] = set()
         self.current: SessionRef | None = None
-        self.orphans: list[tuple[dict[str, Any], bytes, str]] = []
+        self.orphans: list[tuple[dict[str, Any], bytes, str, list[dict[str, Any]]]] = []
         self.linked_children: set[str] = set()
         self.seen_uuids: set[str] = set()
 
@@ -106,7 +106,7 @@ class TranscriptParser:
             rec, redactions = strip_private(rec)
         ref = self._session_of(rec)
         if ref is None:
-            self.orphans.append((rec, line, location))
+            self.orphans.append((rec, line, location, redactions))
             return
         uuid = rec.get("uuid")
         if isinstance(uuid, str) and uuid:
@@ -117,7 +117,7 @@ class TranscriptParser:
                 rtype = rec.get("type") if isinstance(rec.get("type"), str) else "(none)"
                 yield Observation(
                     ref, "RecordObserved", key, {"record_type": f"repeated:{rtype}"},
-                    source_format=SOURCE_FORMAT, raw=rec, record_key=key,
+                    source_format=SOURCE_FORMAT, raw=line if not redactions else rec, record_key=key,
                     occurred_at=parse_time(rec.get("timestamp")),
                     after_prompt=self.last_prompt_key.get(ref.external_id),
                     redactions=tuple(redactions),
@@ -126,12 +126,12 @@ class TranscriptParser:
             self.seen_uuids.add(uuid)
         if self.orphans:
             pending, self.orphans = self.orphans, []
-            for orec, oline, _ in pending:
-                yield from self._facts(orec, oline, ref, [])
+            for orec, oline, _, oredactions in pending:
+                yield from self._facts(orec, oline, ref, oredactions)
         yield from self._facts(rec, line, ref, redactions)
 
     def finish(self) -> Iterator[Observation | Rejected]:
-        for _rec, line, location in self.orphans:
+        for _rec, line, location, _redactions in self.orphans:
             reason = "record has no sessionId and the file has no session to attach it to"
             yield Rejected(self.source, location, reason, line, AGENT, SOURCE_FORMAT)
         self.orphans = []
@@ -207,8 +207,9 @@ class TranscriptParser:
             subtype = rec.get("subtype")
             label = f"{rtype}:{subtype}" if isinstance(subtype, str) else rtype
             facts = [Observation(ref, "RecordObserved", record_key, {"record_type": label}, **common)]
-        # The raw record travels with the first fact; later facts point at it.
-        facts[0].raw = rec
+        # The raw record travels with the first fact; later facts point at it. It is the
+        # line as read when privacy changed nothing, else the cleaned record.
+        facts[0].raw = line if not redactions else rec
         facts[0].redactions = tuple(redactions)
         yield from facts
 
