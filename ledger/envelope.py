@@ -137,14 +137,32 @@ def chain_digest(previous: str, event: BaseModel) -> str:
     return _link(previous, orjson.dumps(state, option=orjson.OPT_SORT_KEYS))
 
 
+RAW_SEPARATOR = b"\x00"
+"""Separates an event's JSON from its raw record in the stored bytes (JSON text never
+holds a NUL byte: orjson escapes control characters)."""
+
+
 def stored_bytes(event: LedgerEvent) -> bytes:
-    """What the event store keeps: the event's fields as JSON (``class_version`` added
-    when above 1; keys in field order — only the hash input needs them sorted)."""
+    """What the event store keeps: the event's fields as JSON (keys in field order, only
+    the hash input sorts them; ``class_version`` added when above 1), then — when
+    ``raw`` is JSON text — a NUL byte and the raw record's UTF-8 bytes.
+
+    The raw record is most of an event's size; kept after the JSON, a reader that does
+    not need it (a projection) parses only the JSON part.
+    """
     state = dict(event.__dict__)
     version = type(event).class_version
     if version > 1:
         state["class_version"] = version
-    return orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z)
+    raw = state.get("raw")
+    tail = b""
+    if isinstance(raw, str):
+        try:
+            tail = RAW_SEPARATOR + raw.encode("utf-8")
+            del state["raw"]
+        except UnicodeEncodeError:  # lone surrogates: keep it inside the JSON
+            tail = b""
+    return orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z) + tail
 
 
 def seal(previous: str, event: LedgerEvent) -> LedgerEvent:

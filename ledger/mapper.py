@@ -20,7 +20,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import get_topic, resolve_topic
 
-from ledger.envelope import stored_bytes
+from ledger.envelope import RAW_SEPARATOR, stored_bytes
 
 
 class OrjsonTranscoder(Transcoder):
@@ -55,17 +55,42 @@ class PydanticMapper(Mapper[Any]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        return self.decode(
+            stored_event.topic,
+            stored_event.state,
+            stored_event.originator_id,
+            stored_event.originator_version,
+        )
+
+    def decode(
+        self,
+        topic: str,
+        data: bytes,
+        originator_id: Any,
+        originator_version: int,
+        *,
+        raw: bool = True,
+    ) -> Any:
+        """The domain event stored as ``data`` under ``topic`` (``originator_id``: a UUID
+        or its hex string). With ``raw=False`` the event's ``raw`` record is left out
+        (None), which is all a projection needs and much cheaper.
+
+        Raises:
+            MapperDeserialisationError: see the class docstring.
+        """
         try:
-            cls = resolve_topic(stored_event.topic)
-            data = stored_event.state
+            cls = resolve_topic(topic)
             if self.cipher:
                 data = self.cipher.decrypt(data)
             if self.compressor:
                 data = self.compressor.decompress(data)
-            state: dict[str, Any] = self.transcoder.decode(data)
+            head, separator, tail = data.partition(RAW_SEPARATOR)
+            state: dict[str, Any] = self.transcoder.decode(head)
+            if separator and raw:
+                state["raw"] = tail.decode("utf-8")
             state.pop("kind", None)  # part of the canonical form, not a field
-            state["originator_id"] = stored_event.originator_id
-            state["originator_version"] = stored_event.originator_version
+            state["originator_id"] = originator_id
+            state["originator_version"] = originator_version
             class_version = getattr(cls, "class_version", 1)
             from_version = state.pop("class_version", 1)
             while from_version < class_version:
@@ -73,8 +98,5 @@ class PydanticMapper(Mapper[Any]):
                 from_version += 1
             return cls.model_validate(state)
         except Exception as e:
-            msg = (
-                f"cannot decode stored event {stored_event.originator_id} "
-                f"v{stored_event.originator_version} ({stored_event.topic}): {e}"
-            )
+            msg = f"cannot decode stored event {originator_id} v{originator_version} ({topic}): {e}"
             raise MapperDeserialisationError(msg) from e

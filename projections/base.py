@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -34,9 +35,16 @@ class Projection:
 
 def iso(dt: datetime | None) -> str | None:
     """UTC ISO-8601 with milliseconds and ``Z``; None stays None."""
-    if dt is None:
-        return None
-    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return None if dt is None else _iso(dt)
+
+
+@functools.lru_cache(maxsize=8192)
+def _iso(dt: datetime) -> str:
+    # Cached: all events of one write share their recorded_at, and a rebuild formats
+    # every time again.
+    if dt.utcoffset():  # not UTC (a naive time is taken as UTC)
+        dt = dt.astimezone(UTC)
+    return dt.isoformat(timespec="milliseconds")[:23] + "Z"
 
 
 def event_time(event: Session.Event) -> str | None:

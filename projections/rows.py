@@ -7,6 +7,7 @@ upsert per table, in the same transaction as the tracking position.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,10 +35,7 @@ class RowCache:
         wanted = [k for k in set(keys) if k not in self.rows[name] and k not in self.absent[name]]
         for i in range(0, len(wanted), _CHUNK):
             chunk = wanted[i : i + _CHUNK]
-            if len(pk) == 1:
-                cond = pk[0].in_([k[0] for k in chunk])
-            else:
-                cond = tuple_(*pk).in_(chunk)
+            cond = pk[0].in_([k[0] for k in chunk]) if len(pk) == 1 else tuple_(*pk).in_(chunk)
             found = set()
             for row in self.conn.execute(table.select().where(cond)).mappings():
                 key = tuple(row[c.name] for c in pk)
@@ -67,22 +65,32 @@ class RowCache:
                 continue
             table = self.tables[name]
             columns = [c.name for c in table.columns]
-            rows = [{c: self.rows[name][k].get(c) for c in columns} for k in sorted(keys, key=repr)]
-            upsert(self.conn, table, rows)
+            rows = self.rows[name]
+            values = [tuple(map(rows[k].get, columns)) for k in sorted(keys)]
+            upsert_values(self.conn, table, values)
             keys.clear()
 
 
-def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
-    """INSERT … ON CONFLICT (primary key) DO UPDATE, for SQLite and PostgreSQL."""
-    if not rows:
-        return
-    dialect = conn.dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(table)
+def upsert_values(conn: Connection, table: Table, values: list[tuple[Any, ...]]) -> None:
+    """Upsert rows given as tuples in the table's column order, through the driver's
+    own ``executemany`` (SQLAlchemy's per-row parameter processing is the slow part
+    of a rebuild; these values are plain str/int/bool/None)."""
+    if values:
+        conn.exec_driver_sql(_upsert_sql(table, conn.dialect.name, conn.dialect.paramstyle), values)
+
+
+@functools.cache
+def _upsert_sql(table: Table, dialect: str, paramstyle: str) -> str:
+    """``INSERT … ON CONFLICT (pk) DO UPDATE SET c = excluded.c`` (same text for SQLite
+    and PostgreSQL but for the parameter markers)."""
+    q = (postgresql if dialect == "postgresql" else sqlite).dialect().identifier_preparer.quote
+    columns = [c.name for c in table.columns]
     pk = [c.name for c in table.primary_key.columns]
-    update = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in pk}
-    if update:
-        stmt = stmt.on_conflict_do_update(index_elements=pk, set_=update)
-    else:
-        stmt = stmt.on_conflict_do_nothing(index_elements=pk)
-    conn.execute(stmt, rows)
+    marker = "?" if paramstyle == "qmark" else "%s"
+    sql = (
+        f"INSERT INTO {q(table.name)} ({', '.join(map(q, columns))}) "
+        f"VALUES ({', '.join([marker] * len(columns))}) "
+        f"ON CONFLICT ({', '.join(map(q, pk))}) "
+    )
+    updates = [f"{q(c)} = excluded.{q(c)}" for c in columns if c not in pk]
+    return sql + (f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING")

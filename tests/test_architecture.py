@@ -21,6 +21,7 @@ ALLOWED_AT_IMPORT = {
     "TypeVar",
     "ClassVar",
     "re.compile",
+    "functools.lru_cache",  # a decorator factory
     "threading.Lock",  # a module-level lock guarding process state (ledger.gcpause)
     "frozenset",
     "logging.getLogger",

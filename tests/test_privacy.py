@@ -56,8 +56,16 @@ def record_private_inputs(services: Services, tmp_path: Path) -> None:
 
 
 def stored_states(services: Services) -> list[dict]:
+    """Stored event states as the store holds them: JSON, then (after a NUL byte) the
+    raw record's text."""
     notifications = services.ledger.recorder.select_notifications(start=0, limit=10_000)
-    return [json.loads(n.state) for n in notifications]
+    states = []
+    for n in notifications:
+        head, _, raw = n.state.partition(b"\0")
+        state = json.loads(head)
+        state["raw"] = raw.decode() if raw else state.get("raw")
+        states.append(state)
+    return states
 
 
 def read_model_text(services: Services) -> str:
