@@ -157,19 +157,20 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
 
 
 @projections.command("rebuild")
-@click.argument("name", required=False)
+@click.argument("names", nargs=-1)
 @click.pass_context
-def projections_rebuild(ctx: click.Context, name: str | None) -> None:
-    """Rebuild one projection (or all) from position 0 into fresh tables, then swap."""
+def projections_rebuild(ctx: click.Context, names: tuple[str, ...]) -> None:
+    """Rebuild projections (default: all) from position 0 into fresh tables, in one pass
+    over the log, then swap them in."""
     from projections.runner import PROJECTION_CLASSES
 
-    services = _services(ctx)
-    names = [name] if name else list(PROJECTION_CLASSES)
     for n in names:
         if n not in PROJECTION_CLASSES:
-            raise click.BadParameter(f"unknown projection {n!r}; known: {', '.join(PROJECTION_CLASSES)}")
-        applied = services.runner.rebuild(n)
-        click.echo(f"rebuilt {n}: {applied} events")
+            known = ", ".join(PROJECTION_CLASSES)
+            raise click.BadParameter(f"unknown projection {n!r}; known: {known}")
+    chosen = names or tuple(PROJECTION_CLASSES)
+    applied = _services(ctx).runner.rebuild(*chosen)
+    click.echo(f"rebuilt {', '.join(chosen)}: {applied} events applied")
 
 
 @main.command()

@@ -116,39 +116,54 @@ class ProjectionRunner:
 
     # -- rebuilding -----------------------------------------------------------------
 
-    def rebuild(self, name: str) -> int:
-        """Rebuild projection ``name`` from position 0 into fresh tables and swap them in."""
-        cls = PROJECTION_CLASSES[name]
+    def rebuild(self, *names: str) -> int:
+        """Rebuild the named projections (default: all) from position 0, in one pass over
+        the log, into fresh ``*__rebuild`` tables; once they are current, swap them in
+        for the live ones in one transaction. Returns events applied (summed over the
+        projections).
+
+        Raises:
+            KeyError: an unknown projection name.
+        """
+        names = names or tuple(PROJECTION_CLASSES)
         md = MetaData()
-        shadow = build_tables(md, name, REBUILD_SUFFIX)
         tracking = tracking_table(md)
-        shadow_name = name + REBUILD_SUFFIX
+        shadows = {n: build_tables(md, n, REBUILD_SUFFIX) for n in names}
+        projections = []
+        for name in names:
+            projection = PROJECTION_CLASSES[name](shadows[name])
+            projection.name = name + REBUILD_SUFFIX  # type: ignore[misc]
+            projections.append(projection)
+        shadow_names = [p.name for p in projections]
         with self._lock, gc_paused():
             with self.models.engine.begin() as conn:
-                for t in shadow.values():
+                for t in (t for tables in shadows.values() for t in tables.values()):
                     t.drop(conn, checkfirst=True)
                     t.create(conn)
-                conn.execute(tracking.delete().where(tracking.c.name == shadow_name))
-            projection = cls(shadow)
-            projection.name = shadow_name  # type: ignore[misc]
+                conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
             applied = 0
             while True:
                 applied += _catch_up(
-                    self.ledger, self.models, [projection], tracking, None, None, SECTION
+                    self.ledger, self.models, projections, tracking, None, None, SECTION
                 )
                 head = self.ledger.max_position()
                 with self.models.engine.begin() as conn:
-                    pos = conn.execute(
-                        select(tracking.c.position).where(tracking.c.name == shadow_name)
-                    ).scalar_one_or_none() or 0
-                    if pos < head:
-                        continue
-                    live = self.models.tables[name]
-                    for base, t in live.items():
-                        conn.execute(text(f'DROP TABLE "{t.name}"'))
-                        conn.execute(text(f'ALTER TABLE "{base}{REBUILD_SUFFIX}" RENAME TO "{t.name}"'))
-                    conn.execute(tracking.delete().where(tracking.c.name == shadow_name))
-                    _set_tracking(conn, tracking, name, pos)
+                    found = dict(
+                        conn.execute(
+                            select(tracking.c.name, tracking.c.position).where(
+                                tracking.c.name.in_(shadow_names)
+                            )
+                        ).all()
+                    )
+                    if min((found.get(n, 0) for n in shadow_names), default=0) < head:
+                        continue  # written meanwhile: catch the new tail up first
+                    for name in names:
+                        for base, t in self.models.tables[name].items():
+                            conn.execute(text(f'DROP TABLE "{t.name}"'))
+                            shadow = f"{base}{REBUILD_SUFFIX}"
+                            conn.execute(text(f'ALTER TABLE "{shadow}" RENAME TO "{t.name}"'))
+                        _set_tracking(conn, tracking, name, found[name + REBUILD_SUFFIX])
+                    conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
                     return applied
 
 
