@@ -238,8 +238,12 @@ def _check_manifest(
                  stream_id, s)
 
 
-def _rows(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    """(1-based row, record, error) of every row of one data file."""
+Row = tuple[int | None, dict[str, Any] | None, str | None]
+
+
+def _rows(path: Path, fmt: str) -> Iterator[Row]:
+    """(1-based row, record, error) of every row of one data file (row None: the whole
+    file could not be read)."""
     if fmt == "parquet":
         yield from _parquet_rows(path)
         return
@@ -256,13 +260,13 @@ def _rows(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any] | None, st
             yield row, rec, _shape_error(rec)
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+def _parquet_rows(path: Path) -> Iterator[Row]:
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path, page_checksum_verification=True)
     except Exception as e:
-        yield 1, None, f"file cannot be opened as Parquet ({e}): truncated or altered"
+        yield None, None, f"file cannot be opened as Parquet ({e}): truncated or altered"
         return
     row = 1
     for group in range(pf.num_row_groups):
