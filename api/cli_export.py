@@ -12,6 +12,9 @@ import click
 from api.cli_context import dump as _dump
 from api.cli_context import services as _services
 
+MAX_SHOWN = 20
+"""FAIL lines printed by ``verify PATH`` (the first ones name the cause; the rest follow)."""
+
 
 @click.command("export")
 @click.option(
@@ -109,8 +112,10 @@ def verify_export_cmd(ctx: click.Context, path: Path, against_store: bool) -> No
         matched = (f"; matches the store exactly up to position {m['store_head_position']} "
                    f"({len(m['streams'])} stream heads)")
     if problems:
-        for problem in problems:
+        for problem in problems[:MAX_SHOWN]:
             click.echo(f"FAIL {problem}", err=True)
+        if len(problems) > MAX_SHOWN:
+            click.echo(f"… and {len(problems) - MAX_SHOWN} more problems", err=True)
         ctx.exit(1)
     kind = "partial" if report.manifest["partial"] else "whole"
     click.echo(f"ok: {report.records} records in {report.streams} streams ({kind} export), "
