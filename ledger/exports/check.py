@@ -36,6 +36,8 @@ from ledger.exports.records import Filters, StreamHead, chain, kind_of, link, se
 from ledger.exports.writer import COLUMNS, FORMAT, FORMAT_VERSION, MANIFEST, as_row
 
 INT_COLUMNS = ("position", "version")
+BATCH_ROWS = 1000
+"""Parquet rows turned into Python objects at a time."""
 
 
 @dataclass
@@ -271,21 +273,22 @@ def _parquet_rows(path: Path) -> Iterator[Row]:
     row = 1
     for group in range(pf.num_row_groups):
         n = pf.metadata.row_group(group).num_rows
-        try:
-            batch = pf.read_row_group(group).to_pylist()
+        group_start = row
+        try:  # page checksums are verified as pages are read; rows decoded in small batches
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[group]):
+                for rec in batch.to_pylist():
+                    yield row, rec, _shape_error(rec)
+                    row += 1
         except Exception as e:
             first: dict[str, Any] | None = None
             try:
-                first = pf.read_row_group(group, columns=["position"]).slice(0, 1).to_pylist()[0]
+                positions = pf.read_row_group(group, columns=["position"])
+                first = positions.slice(row - group_start, 1).to_pylist()[0]
             except Exception:
                 first = None
-            yield row, first, (f"row group {group} (rows {row}–{row + n - 1}) cannot be read "
-                               f"({e}): altered bytes")
-            row += n
-            continue
-        for rec in batch:
-            yield row, rec, _shape_error(rec)
-            row += 1
+            yield row, first, (f"row group {group} (rows {row}–{group_start + n - 1}) cannot "
+                               f"be read ({e}): altered bytes")
+            row = group_start + n
 
 
 def _shape_error(rec: Any) -> str | None:
