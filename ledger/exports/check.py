@@ -96,6 +96,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
     for key, kind in (("files", list), ("streams", dict), ("total", int), ("partial", bool)):
         if not isinstance(manifest.get(key), kind):
             raise ValueError(f"{path / MANIFEST}: {key!r} missing or not a {kind.__name__}")
+    entries = [*manifest["files"], *manifest["streams"].values()]
+    if not manifest["files"] or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{path / MANIFEST}: 'files' and 'streams' must hold objects")
     return manifest
 
 
