@@ -123,13 +123,24 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument(
+    "path", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option("--against-store", is_flag=True, help="With PATH: also compare it with the store.")
 @click.pass_context
-def verify(ctx: click.Context) -> None:
-    """Recompute every hash chain; exit 1 naming the session and position on a problem."""
+def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
+    """Recompute every hash chain; exit 1 naming the session and position on a problem.
+
+    With PATH (an export directory): verify the export on its own, no store needed."""
+    from api.cli_export import store_anchors, verify_export_cmd
     from ledger.verify import verify_store
 
+    if path is not None:
+        verify_export_cmd(ctx, path, against_store)
+        return
     services = _services(ctx)
-    report = verify_store(services.ledger.recorder, services.ledger.mapper, services.anchors())
+    anchors = store_anchors(services)  # event_index + the heads of earlier exports
+    report = verify_store(services.ledger.recorder, services.ledger.mapper, anchors)
     if report.ok:
         click.echo(f"ok: {report.events} events in {report.streams} streams, {report.anchors} anchors checked")
         return
@@ -207,6 +218,10 @@ def hook(ctx: click.Context, agent: str) -> None:
         click.echo("{}")
     ctx.exit(0)
 
+
+from api.cli_export import export_cmd  # noqa: E402 - command modules register after main
+
+main.add_command(export_cmd)
 
 if __name__ == "__main__":
     main()

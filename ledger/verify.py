@@ -91,7 +91,7 @@ def verify_store(
         except Exception as e:
             event, digest = None, None
             problem(stream, n.id, n.originator_version, f"stored event cannot be decoded ({e.__class__.__name__})")
-        if anchor is not None and anchor.position == n.id:
+        while anchor is not None and anchor.position == n.id:  # several may share one
             report.anchors += 1
             if (anchor.stream_id, anchor.version, anchor.digest) != (stream, n.originator_version, digest):
                 problem(

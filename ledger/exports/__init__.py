@@ -1,0 +1,1 @@
+"""Verifiable exports of the notification log (JSONL, Parquet) and their verification."""

@@ -1,0 +1,352 @@
+"""``hookledger verify PATH``: check an export on its own, with no store.
+
+Checks, in one pass over the data file (rows in file order, numbered from 1):
+
+1. each row reads (JSON line / Parquet row group with page checksums) and has the
+   columns of :data:`ledger.exports.writer.COLUMNS` with the right types;
+2. ``canonical`` is JSON whose ``originator_id``/``originator_version``/``kind`` equal the
+   row's ``stream_id``/``version``/``kind``, and ``topic`` names that kind;
+3. positions strictly increase; each stream's versions run on by one from the manifest's
+   ``first_version``;
+4. every chain link: ``digest == sha256(prev_digest + "\\n" + canonical)``, starting from
+   the manifest's ``prev_digest`` of the stream (``""`` for a whole stream);
+5. the export's own link chain (``link``) over position, topic and digest;
+6. the manifest: format, every count (total, per file, per stream), first/last positions,
+   every stream's head (version, digest, position), the link head, and each data file's
+   size and sha256.
+
+Problems name the file, the row (line), and the record's position, stream and version.
+:func:`compare_with_store` additionally checks the export record by record against a store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import orjson
+from eventsourcing.persistence import ApplicationRecorder, Mapper
+
+from ledger.exports.records import Filters, StreamHead, chain, kind_of, link, select
+from ledger.exports.writer import COLUMNS, FORMAT, FORMAT_VERSION, MANIFEST, as_row
+
+INT_COLUMNS = ("position", "version")
+BATCH_ROWS = 1000
+"""Parquet rows turned into Python objects at a time."""
+
+
+@dataclass
+class Problem:
+    file: str
+    row: int | None
+    message: str
+    position: int | None = None
+    stream_id: str | None = None
+    version: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file + (f" row {self.row}" if self.row is not None else "")
+        record = []
+        if self.position is not None:
+            record.append(f"position {self.position}")
+        if self.stream_id is not None:
+            version = f" v{self.version}" if self.version else ""
+            record.append(f"stream {self.stream_id}{version}")
+        return f"{where}{': ' + ' '.join(record) if record else ''}: {self.message}"
+
+
+@dataclass
+class ExportReport:
+    records: int = 0
+    streams: int = 0
+    manifest: dict[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class _Stream:
+    __slots__ = ("count", "digest", "first_version", "position", "version")
+
+    def __init__(self, first_version: int, prev_digest: str) -> None:
+        self.first_version = first_version
+        self.version = first_version - 1
+        self.digest = prev_digest
+        self.count = 0
+        self.position = 0
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The export's manifest. Raises ValueError naming what is wrong with it."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path / MANIFEST} cannot be read: {e}") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{path / MANIFEST} is not a {FORMAT} manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"unknown format_version {manifest.get('format_version')!r}")
+    for key, kind in (("files", list), ("streams", dict), ("total", int), ("partial", bool)):
+        if not isinstance(manifest.get(key), kind):
+            raise ValueError(f"{path / MANIFEST}: {key!r} missing or not a {kind.__name__}")
+    entries = [*manifest["files"], *manifest["streams"].values()]
+    if not manifest["files"] or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{path / MANIFEST}: 'files' and 'streams' must hold objects")
+    return manifest
+
+
+def verify_export(path: Path) -> ExportReport:
+    """Verify the export directory ``path``. Never raises for bad content: every problem
+    is in the report (a missing or unreadable manifest is one problem)."""
+    report = ExportReport()
+    try:
+        manifest = report.manifest = read_manifest(path)
+    except ValueError as e:
+        report.problems.append(Problem(MANIFEST, None, str(e)))
+        return report
+    problems = report.problems
+    declared = manifest["streams"]
+    streams: dict[str, _Stream] = {}
+    broken: set[str] = set()
+    last_position = 0
+    previous_link = ""
+    link_broken = False
+
+    def problem(row: int | None, msg: str, rec: dict[str, Any] | None = None, *, file: str) -> None:
+        stream = rec.get("stream_id") if rec else None
+        stream = stream if isinstance(stream, str) else None
+        if stream is not None and stream in broken:
+            return
+        if stream is not None:
+            broken.add(stream)
+        problems.append(
+            Problem(file, row, msg, rec.get("position") if rec else None, stream,
+                    rec.get("version") if rec else None)
+        )
+
+    for entry in manifest["files"]:
+        name = entry.get("path", "?")
+        file_path = path / name
+        if not file_path.is_file() or file_path.parent.resolve() != path.resolve():
+            problem(None, "data file listed in the manifest is missing", file=name)
+            continue
+        count, first, last = 0, None, None
+        for row, rec, error in _rows(file_path, manifest.get("data_format", "jsonl")):
+            if error is not None:
+                problem(row, error, rec, file=name)
+                continue
+            assert rec is not None
+            count += 1
+            report.records += 1
+            first = rec["position"] if first is None else first
+            last = rec["position"]
+            stream_id = rec["stream_id"]
+            if rec["position"] <= last_position:
+                problem(row, f"position is not after the previous row's {last_position}: "
+                             "rows reordered or duplicated", rec, file=name)
+            last_position = max(last_position, rec["position"])
+            expected_link = link(previous_link, rec["position"], rec["topic"], rec["digest"])
+            if expected_link != rec["link"] and not link_broken:
+                link_broken = True
+                problem(row, "link mismatch: a row before it was dropped, added or reordered, "
+                             "or its position/topic changed", rec, file=name)
+            previous_link = rec["link"]
+            s = streams.get(stream_id)
+            if s is None:
+                d = declared.get(stream_id)
+                if not isinstance(d, dict):
+                    problem(row, "stream is not in the manifest", rec, file=name)
+                    d = {"first_version": rec["version"], "prev_digest": ""}
+                s = streams[stream_id] = _Stream(int(d.get("first_version", 1)),
+                                                 str(d.get("prev_digest", "")))
+            message = _check_record(rec, s)
+            if message:
+                problem(row, message, rec, file=name)
+            s.count += 1
+            s.version, s.digest, s.position = rec["version"], rec["digest"], rec["position"]
+        if (count, first, last) != (entry.get("records"), entry.get("first_position"),
+                                    entry.get("last_position")):
+            problem(None, f"file holds {count} rows, positions {first}..{last}; the manifest "
+                          f"says {entry.get('records')}, {entry.get('first_position')}.."
+                          f"{entry.get('last_position')} (rows dropped, added or file truncated)",
+                    file=name)
+        size = file_path.stat().st_size
+        digest = _sha256_file(file_path)
+        if (size, digest) != (entry.get("bytes"), entry.get("sha256")):
+            problem(None, f"file content differs from the manifest (bytes {size} vs "
+                          f"{entry.get('bytes')}, sha256 {digest[:12]}… vs "
+                          f"{str(entry.get('sha256'))[:12]}…)", file=name)
+    report.streams = len(streams)
+    _check_manifest(manifest, streams, report, previous_link)
+    return report
+
+
+def _check_record(rec: dict[str, Any], s: _Stream) -> str | None:
+    try:
+        state = orjson.loads(rec["canonical"])
+    except orjson.JSONDecodeError:
+        return "canonical is not valid JSON (altered)"
+    if (state.get("originator_id"), state.get("originator_version"), state.get("kind")) != (
+        rec["stream_id"], rec["version"], rec["kind"]
+    ):
+        return "stream_id/version/kind columns differ from the canonical state"
+    if kind_of(rec["topic"]) != rec["kind"]:
+        return f"topic {rec['topic']!r} does not name kind {rec['kind']!r}"
+    if rec["version"] != s.version + 1:
+        return (f"expected version {s.version + 1} of the stream: an event was dropped "
+                "or reordered")
+    if chain(s.digest, rec["canonical"].encode("utf-8")) != rec["digest"]:
+        return "digest mismatch: the event was altered, or an earlier one of its stream"
+    return None
+
+
+def _check_manifest(
+    manifest: dict[str, Any], streams: dict[str, _Stream], report: ExportReport, link_head: str
+) -> None:
+    def fail(message: str, stream: str | None = None, s: _Stream | None = None) -> None:
+        report.problems.append(
+            Problem(MANIFEST, None, message, s.position if s else None, stream,
+                    s.version if s else None)
+        )
+
+    declared: dict[str, Any] = manifest["streams"]
+    if report.records != manifest["total"]:
+        fail(f"the data holds {report.records} records; the manifest's total is "
+             f"{manifest['total']}")
+    counted = sum(int(d.get("count", 0)) for d in declared.values() if isinstance(d, dict))
+    if counted != manifest["total"] or manifest.get("stream_count") != len(declared):
+        fail("the manifest's per-stream counts do not add up to its totals")
+    if link_head != manifest.get("link_head"):
+        fail("the last row's link differs from the manifest's link_head (rows dropped at "
+             "the end, or the file truncated)")
+    for stream_id, d in declared.items():
+        s = streams.get(stream_id)
+        if s is None:
+            fail("stream in the manifest has no rows in the export (dropped)", stream_id)
+            continue
+        want = StreamHead(**{k: d.get(k) for k in StreamHead.__dataclass_fields__})
+        got = (s.count, s.version, s.digest, s.position)
+        if got != (want.count, want.head_version, want.head_digest, want.head_position):
+            fail(f"the export's last row of this stream is v{s.version} at position "
+                 f"{s.position} ({s.count} rows); the manifest's head is v{want.head_version} "
+                 f"at position {want.head_position} ({want.count} rows): rows missing or added",
+                 stream_id, s)
+        if not manifest["partial"] and (want.first_version != 1 or want.prev_digest != ""):
+            fail("a whole (not partial) export must start every stream at v1 from \"\"",
+                 stream_id, s)
+
+
+Row = tuple[int | None, dict[str, Any] | None, str | None]
+
+
+def _rows(path: Path, fmt: str) -> Iterator[Row]:
+    """(1-based row, record, error) of every row of one data file (row None: the whole
+    file could not be read)."""
+    if fmt == "parquet":
+        yield from _parquet_rows(path)
+        return
+    with path.open("rb") as f:
+        for row, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
+                yield row, None, "last line is cut short (no newline): file truncated"
+                return
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                yield row, None, f"line is not valid JSON ({e})"
+                continue
+            yield row, rec, _shape_error(rec)
+
+
+def _parquet_rows(path: Path) -> Iterator[Row]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+    except Exception as e:
+        yield None, None, f"file cannot be opened as Parquet ({e}): truncated or altered"
+        return
+    row = 1
+    for group in range(pf.num_row_groups):
+        n = pf.metadata.row_group(group).num_rows
+        group_start = row
+        try:  # page checksums are verified as pages are read; rows decoded in small batches
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[group]):
+                for rec in batch.to_pylist():
+                    yield row, rec, _shape_error(rec)
+                    row += 1
+        except Exception as e:
+            first: dict[str, Any] | None = None
+            try:
+                positions = pf.read_row_group(group, columns=["position"])
+                first = positions.slice(row - group_start, 1).to_pylist()[0]
+            except Exception:
+                first = None
+            yield row, first, (f"row group {group} (rows {row}–{group_start + n - 1}) cannot "
+                               f"be read ({e}): altered bytes")
+            row = group_start + n
+
+
+def _shape_error(rec: Any) -> str | None:
+    if not isinstance(rec, dict):
+        return "row is not an object"
+    for c in COLUMNS:
+        value = rec.get(c)
+        if c in INT_COLUMNS:
+            if not isinstance(value, int) or isinstance(value, bool):
+                return f"column {c!r} missing or not an integer"
+        elif not isinstance(value, str):
+            return f"column {c!r} missing or not a string"
+    return None
+
+
+def compare_with_store(
+    path: Path, recorder: ApplicationRecorder, mapper: Mapper[UUID]
+) -> list[Problem]:
+    """Problems where the export at ``path`` differs from what the store holds for the
+    same filters up to the export's ``store_head_position`` (record by record, then heads
+    and counts). Empty when they match exactly. Raises ValueError for a bad manifest."""
+    manifest = read_manifest(path)
+    entry = manifest["files"][0]
+    name = entry["path"]
+    heads: dict[str, StreamHead] = {}
+    stop = int(manifest["store_head_position"])
+    store = select(recorder, mapper, Filters.from_dict(manifest["filters"]), heads, stop)
+    problems: list[Problem] = []
+    for row, rec, error in _rows(path / name, manifest["data_format"]):
+        want = next(store, None)
+        expected = as_row(want) if want else None
+        if error is None and rec == expected:
+            continue
+        where = expected or rec or {}
+        problems.append(Problem(
+            name, row,
+            "the store has no more events here" if expected is None
+            else "row differs from the store's event at this place",
+            where.get("position"), where.get("stream_id"), where.get("version"),
+        ))
+        return problems
+    rest = next(store, None)
+    if rest is not None:
+        problems.append(Problem(name, None, "the store holds this event, the export does not",
+                                rest.position, rest.stream_id, rest.version))
+        return problems
+    store_heads = {s: h.as_dict() for s, h in heads.items()}
+    if store_heads != manifest["streams"]:
+        problems.append(Problem(MANIFEST, None, "stream heads/counts differ from the store's"))
+    return problems
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

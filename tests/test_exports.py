@@ -1,0 +1,405 @@
+"""``hookledger export --format jsonl|parquet`` and ``hookledger verify PATH``.
+
+A real import of the Spotter Claude Code transcripts is exported through the real CLI;
+the export must verify on its own and match the store exactly, and ``verify PATH`` must
+fail, naming the record, for a changed byte, a dropped row, a swapped pair and a
+truncated file. Counts to compare with come from the store (sqlite3 / psycopg) and the
+``event_index`` read model, never from the exporter.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import FIXTURES, PG_URL, cli
+
+from api.bootstrap import Services
+from ledger.config import Settings
+from ledger.importer import discover, import_paths
+
+SPOTTER = FIXTURES / "spotter-claude-transcripts"
+FORMATS = ["jsonl", "parquet"]
+
+
+def import_fixtures(services: Services, *paths: Path) -> None:
+    import_paths(services.ledger, discover(paths or (SPOTTER,)))
+    services.runner.catch_up()
+
+
+def store_rows(settings: Settings) -> list[tuple[int, str, int]]:
+    """(position, stream id, version) of every stored event, read from the store itself."""
+    if settings.database_url:
+        table = f'"{settings.database_schema}".hookledger_events'
+        with psycopg.connect(PG_URL) as conn:
+            found = conn.execute(
+                f"SELECT notification_id, originator_id, originator_version FROM {table} "
+                "ORDER BY notification_id"
+            ).fetchall()
+        return [(int(p), str(s), int(v)) for p, s, v in found]
+    import uuid
+
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        found = db.execute(
+            "SELECT rowid, originator_id, originator_version FROM stored_events ORDER BY rowid"
+        ).fetchall()
+    return [(p, str(uuid.UUID(s)), v) for p, s, v in found]
+
+
+def index_heads(settings: Settings) -> dict[str, tuple[int, int, str]]:
+    """stream -> (count, head version, head digest) from the event_index read model."""
+    if settings.database_url:
+        with psycopg.connect(PG_URL) as conn:
+            rows = conn.execute(
+                f'SELECT stream_id, version, digest FROM "{settings.database_schema}".event_index'
+            ).fetchall()
+    else:
+        with sqlite3.connect(settings.data_dir / "views.db") as db:
+            rows = db.execute("SELECT stream_id, version, digest FROM event_index").fetchall()
+    heads: dict[str, tuple[int, int, str]] = {}
+    for stream, version, digest in rows:
+        count, head, _ = heads.get(stream, (0, 0, ""))
+        heads[stream] = (count + 1, *((version, digest) if version > head else heads[stream][1:]))
+    return heads
+
+
+def export(settings: Settings, fmt: str, out: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+    cli(settings, "export", "--format", fmt, "--output", str(out), *extra)
+    return json.loads((out / "manifest.json").read_text())
+
+
+def verify(settings: Settings, out: Path, *extra: str) -> tuple[int, str, str]:
+    r = cli(settings, "verify", str(out), *extra, check=False)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+# -- whole exports, both backends -------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_whole_export_verifies_and_matches_the_store(
+    settings: Settings, services: Services, tmp_path: Path, fmt: str
+) -> None:
+    import_fixtures(services)
+    manifest = export(settings, fmt, tmp_path / "out")
+    code, out, err = verify(settings, tmp_path / "out")
+    assert code == 0, err
+    assert out.startswith("ok: ")
+    code, out, err = verify(settings, tmp_path / "out", "--against-store")
+    assert code == 0, err
+    assert "matches the store exactly" in out
+
+    stored = store_rows(settings)
+    assert manifest["partial"] is False
+    assert manifest["total"] == len(stored)
+    assert (manifest["first_position"], manifest["last_position"]) == (stored[0][0], stored[-1][0])
+    assert manifest["store_head_position"] == stored[-1][0]
+    heads = index_heads(settings)
+    assert {s: (h["count"], h["head_version"], h["head_digest"])
+            for s, h in manifest["streams"].items()} == heads
+    assert all(h["prev_digest"] == "" and h["first_version"] == 1
+               for h in manifest["streams"].values())
+    rows = read_rows(tmp_path / "out", fmt)
+    assert [(r["position"], r["stream_id"], r["version"]) for r in rows] == stored
+
+
+def test_against_store_fails_when_the_store_differs(
+    settings: Settings, services: Services, tmp_path: Path
+) -> None:
+    """Events appended after the export (above its head) do not matter; a store holding
+    other events at the export's positions does, and the first differing row is named."""
+    import_fixtures(services, SPOTTER / "short.jsonl")
+    export(settings, "jsonl", tmp_path / "out")
+    import_fixtures(services, SPOTTER / "tool_heavy.jsonl")  # above the head: still equal
+    assert verify(settings, tmp_path / "out", "--against-store")[0] == 0
+    other = Settings(tmp_path / "other")  # same export, a store with other events
+    from api.bootstrap import build
+
+    s2 = build(other)
+    try:
+        import_fixtures(s2, SPOTTER / "tool_heavy.jsonl")
+    finally:
+        s2.close()
+    code, _, err = verify(other, tmp_path / "out", "--against-store")
+    assert code == 1
+    assert "row 1: position 1 stream " in err.splitlines()[0]
+
+
+# -- tampering with an export (standalone; made once from a SQLite store) ---------------
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    settings = Settings(tmp_path_factory.mktemp("exports") / "data")
+    cli(settings, "import", str(SPOTTER))
+    base = settings.data_dir.parent
+    return {fmt: (export(settings, fmt, base / fmt), base / fmt)[1] for fmt in FORMATS}
+
+
+@pytest.fixture(params=FORMATS)
+def copy(request: pytest.FixtureRequest, exports: dict[str, Path], tmp_path: Path) -> Path:
+    out = tmp_path / request.param
+    shutil.copytree(exports[request.param], out)
+    return out
+
+
+def fmt_of(out: Path) -> str:
+    return json.loads((out / "manifest.json").read_text())["data_format"]
+
+
+def data_file(out: Path) -> Path:
+    return out / ("events.jsonl" if fmt_of(out) == "jsonl" else "events.parquet")
+
+
+def read_rows(out: Path, fmt: str | None = None) -> list[dict]:  # type: ignore[type-arg]
+    fmt = fmt or fmt_of(out)
+    if fmt == "jsonl":
+        return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    return pq.read_table(out / "events.parquet").to_pylist()
+
+
+def write_rows(out: Path, rows: list[dict]) -> None:  # type: ignore[type-arg]
+    """Rewrite the data file with ``rows`` (as a tamperer with the right tools would)."""
+    if fmt_of(out) == "jsonl":
+        dumps = [json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in rows]
+        (out / "events.jsonl").write_text("".join(d + "\n" for d in dumps))
+    else:
+        schema = pq.read_schema(out / "events.parquet")
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), out / "events.parquet")
+
+
+def first_failure(out: Path) -> str:
+    code, stdout, err = verify(Settings(out.parent / "no-store"), out)
+    assert code == 1, stdout + err
+    fails = [line for line in err.splitlines() if line.startswith("FAIL ")]
+    assert fails, err
+    return fails[0]
+
+
+def names(line: str, out: Path, row: int, rec: dict) -> bool:  # type: ignore[type-arg]
+    return line.startswith(
+        f"FAIL {data_file(out).name} row {row}: position {rec['position']} "
+        f"stream {rec['stream_id']} v{rec['version']}: "
+    )
+
+
+def test_fresh_export_verifies(copy: Path) -> None:
+    code, out, err = verify(Settings(copy.parent / "no-store"), copy)
+    assert code == 0, err
+    n = len(read_rows(copy))
+    assert out.startswith(f"ok: {n} records in ")
+
+
+def test_changed_value_names_the_record(copy: Path) -> None:
+    rows = read_rows(copy)
+    i = len(rows) // 2
+    original = rows[i]["canonical"]
+    at = original.index('"agent":"') + len('"agent":"')
+    rows[i]["canonical"] = original[:at] + chr(ord(original[at]) ^ 0x20) + original[at + 1:]
+    write_rows(copy, rows)
+    line = first_failure(copy)
+    assert names(line, copy, i + 1, rows[i]), line
+    assert "digest mismatch" in line
+
+
+def test_changed_position_names_the_record(copy: Path) -> None:
+    """The position is outside the event's digest; the export's link chain covers it."""
+    rows = read_rows(copy)
+    i = len(rows) // 2
+    rows[i]["position"] += 1
+    write_rows(copy, rows)
+    line = first_failure(copy)
+    assert names(line, copy, i + 1, rows[i]), line
+    assert "link mismatch" in line
+
+
+def test_dropped_row_names_the_record_after_it(copy: Path) -> None:
+    rows = read_rows(copy)
+    i = len(rows) // 2
+    del rows[i]
+    write_rows(copy, rows)
+    line = first_failure(copy)
+    assert names(line, copy, i + 1, rows[i]), line
+
+
+def test_swapped_pair_names_the_record(copy: Path) -> None:
+    rows = read_rows(copy)
+    i = len(rows) // 2
+    rows[i], rows[i + 1] = rows[i + 1], rows[i]
+    write_rows(copy, rows)
+    line = first_failure(copy)
+    assert names(line, copy, i + 1, rows[i]), line
+
+
+def test_dropped_last_rows_are_detected(copy: Path) -> None:
+    rows = read_rows(copy)
+    last = rows[-1]
+    write_rows(copy, rows[:-1])
+    code, _, err = verify(Settings(copy.parent / "x"), copy)
+    assert code == 1
+    assert f"stream {last['stream_id']} v{last['version'] - 1}:" in err
+    assert f"head is v{last['version']} at position {last['position']}" in err
+
+
+def test_changed_prev_digest_in_the_manifest_is_detected(copy: Path) -> None:
+    manifest = json.loads((copy / "manifest.json").read_text())
+    stream = next(iter(manifest["streams"]))
+    manifest["streams"][stream]["prev_digest"] = "0" * 64
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = verify(Settings(copy.parent / "x"), copy)
+    assert code == 1
+    assert f"stream {stream} v1: digest mismatch" in err
+
+
+def test_jsonl_changed_byte_and_truncation(exports: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "jsonl"
+    shutil.copytree(exports["jsonl"], out)
+    path = out / "events.jsonl"
+    original = path.read_bytes()
+    lines = original.splitlines(keepends=True)
+    i = len(lines) // 2
+    rec = json.loads(lines[i])
+    # a changed byte inside the canonical text (still valid JSON)
+    key = b'\\"agent\\":\\"'
+    at = sum(map(len, lines[:i])) + lines[i].index(key) + len(key)
+    data = bytearray(original)
+    data[at] ^= 0x20
+    path.write_bytes(bytes(data))
+    line = first_failure(out)
+    assert names(line, out, i + 1, rec), line
+    # a changed byte that breaks the JSON of the line
+    data = bytearray(original)
+    data[sum(map(len, lines[:i]))] ^= 0x01  # '{' -> 'z'
+    path.write_bytes(bytes(data))
+    assert first_failure(out).startswith(f"FAIL events.jsonl row {i + 1}: line is not valid JSON")
+    # truncated in the middle of a line
+    cut = sum(map(len, lines[:i])) + len(lines[i]) // 2
+    path.write_bytes(original[:cut])
+    assert first_failure(out).startswith(f"FAIL events.jsonl row {i + 1}: last line is cut short")
+    # truncated at a line boundary: the heads and counts name what is missing
+    path.write_bytes(b"".join(lines[:i]))
+    code, _, err = verify(Settings(out.parent / "x"), out)
+    assert code == 1
+    assert f"{i} rows" in err and "file truncated" in err
+
+
+def test_parquet_changed_byte_and_truncation(exports: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "parquet"
+    shutil.copytree(exports["parquet"], out)
+    path = out / "events.parquet"
+    original = path.read_bytes()
+    meta = pq.ParquetFile(path).metadata
+    column = meta.schema.names.index("canonical")
+    chunk = meta.row_group(0).column(column)
+    data = bytearray(original)
+    data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x20
+    path.write_bytes(bytes(data))
+    line = first_failure(out)
+    # named: the first row of the batch whose page fails its checksum (rows before it verified)
+    row = int(line.removeprefix("FAIL events.parquet row ").split(":")[0])
+    rec = read_rows(exports["parquet"])[row - 1]
+    assert line.startswith(f"FAIL events.parquet row {row}: position {rec['position']}: "), line
+    assert "row group 0" in line and "cannot be read" in line and "CRC" in line
+    path.write_bytes(original[: len(original) * 2 // 3])
+    line = first_failure(out)
+    assert line.startswith("FAIL events.parquet: file cannot be opened as Parquet"), line
+
+
+# -- partial exports ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_session_export_verifies_on_its_own(
+    settings: Settings, services: Services, tmp_path: Path, fmt: str
+) -> None:
+    import_fixtures(services)
+    heads = index_heads(settings)
+    stream = max(heads, key=lambda s: heads[s][0])  # the longest session
+    manifest = export(settings, fmt, tmp_path / "out", "--session", stream)
+    assert manifest["partial"] is True
+    assert list(manifest["streams"]) == [stream]
+    assert manifest["total"] == heads[stream][0]
+    assert verify(settings, tmp_path / "out")[0] == 0
+    assert verify(settings, tmp_path / "out", "--against-store")[0] == 0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_since_export_of_a_stream_cut_in_the_middle_verifies(
+    settings: Settings, services: Services, tmp_path: Path, fmt: str
+) -> None:
+    """The first half of a transcript is imported, then (after ``since``) the rest: the
+    export holds the stream from its middle and chains from the digest before it."""
+    source = SPOTTER / "tool_heavy.jsonl"
+    lines = source.read_bytes().splitlines(keepends=True)
+    half = tmp_path / "half" / source.name
+    half.parent.mkdir()
+    half.write_bytes(b"".join(lines[: len(lines) // 2]))
+    import_fixtures(services, half)
+    before = {p for p, _, _ in store_rows(settings)}
+    time.sleep(0.05)
+    since = datetime.now(UTC)
+    time.sleep(0.05)
+    import_fixtures(services, source)
+    rows = store_rows(settings)
+    new = [r for r in rows if r[0] not in before]
+    assert new and len(new) < len(rows)
+    manifest = export(settings, fmt, tmp_path / "out", "--since", since.isoformat())
+    assert manifest["partial"] is True
+    assert manifest["total"] == len(new)
+    ((stream, h),) = manifest["streams"].items()
+    assert {s for _, s, _ in new} == {stream}
+    assert h["first_version"] == new[0][2] > 1
+    assert h["prev_digest"] == event_digest(settings, stream, h["first_version"] - 1)
+    assert verify(settings, tmp_path / "out")[0] == 0
+    assert verify(settings, tmp_path / "out", "--against-store")[0] == 0
+
+
+def event_digest(settings: Settings, stream: str, version: int) -> str:
+    q = "SELECT digest FROM {t} WHERE stream_id = {p} AND version = {p}"
+    if settings.database_url:
+        with psycopg.connect(PG_URL) as conn:
+            t = f'"{settings.database_schema}".event_index'
+            return conn.execute(q.format(t=t, p="%s"), (stream, version)).fetchone()[0]
+    with sqlite3.connect(settings.data_dir / "views.db") as db:
+        return db.execute(q.format(t="event_index", p="?"), (stream, version)).fetchone()[0]
+
+
+def test_bad_since_is_a_clear_error(settings: Settings, tmp_path: Path) -> None:
+    r = cli(settings, "export", "--format", "jsonl", "--output", str(tmp_path / "o"),
+            "--since", "yesterday", check=False)
+    assert r.returncode == 2
+    assert "not an ISO-8601 time" in r.stderr.decode()
+
+
+# -- export anchors protect the store -----------------------------------------------------
+
+
+def test_export_anchors_reveal_a_cut_tail_after_the_event_index_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(tmp_path / "data")
+    cli(settings, "import", str(SPOTTER))
+    export(settings, "jsonl", tmp_path / "out")
+    anchors = list((settings.data_dir / "anchors").glob("export-*.json"))
+    assert len(anchors) == 1
+    position, stream, version = store_rows(settings)[-1]
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        db.execute("DELETE FROM stored_events WHERE rowid = ?", (position,))
+    # the event_index is rebuilt from the cut log: it no longer knows the lost event
+    cli(settings, "projections", "rebuild", "event_index")
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1
+    assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
+    # control: without the export's anchors the cut would go unnoticed
+    shutil.rmtree(settings.data_dir / "anchors")
+    assert cli(settings, "verify", check=False).returncode == 0
+    # and an export of the cut store no longer matches the earlier export's heads
+    assert verify(settings, tmp_path / "out", "--against-store")[0] == 1
