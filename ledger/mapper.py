@@ -62,6 +62,20 @@ class PydanticMapper(Mapper[Any]):
             stored_event.originator_version,
         )
 
+    def stored_state(self, data: bytes, *, raw: bool = True) -> dict[str, Any]:
+        """The JSON state of stored ``data`` as a dict, not validated (decrypted and
+        decompressed as configured; the raw record put back as ``raw`` unless
+        ``raw=False``). Its values equal the event's ``model_dump(mode="json")``."""
+        if self.cipher:
+            data = self.cipher.decrypt(data)
+        if self.compressor:
+            data = self.compressor.decompress(data)
+        head, separator, tail = data.partition(RAW_SEPARATOR)
+        state: dict[str, Any] = self.transcoder.decode(head)
+        if separator and raw:
+            state["raw"] = tail.decode("utf-8")
+        return state
+
     def decode(
         self,
         topic: str,
@@ -80,14 +94,7 @@ class PydanticMapper(Mapper[Any]):
         """
         try:
             cls = resolve_topic(topic)
-            if self.cipher:
-                data = self.cipher.decrypt(data)
-            if self.compressor:
-                data = self.compressor.decompress(data)
-            head, separator, tail = data.partition(RAW_SEPARATOR)
-            state: dict[str, Any] = self.transcoder.decode(head)
-            if separator and raw:
-                state["raw"] = tail.decode("utf-8")
+            state = self.stored_state(data, raw=raw)
             state.pop("kind", None)  # part of the canonical form, not a field
             state["originator_id"] = originator_id
             state["originator_version"] = originator_version

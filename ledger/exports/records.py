@@ -12,10 +12,10 @@ hash-chain link without the store (see :mod:`ledger.envelope`):
   ``sha256(prev_link + "\\n" + f"{position} {topic} {digest}")`` from ``""``, so a changed
   position or topic is pinned to its record too.
 
-The canonical state is rebuilt from the stored JSON (no pydantic validation): the stored
-state is the event's ``model_dump(mode="json")`` minus ``originator_id`` and
-``originator_version`` (kept as columns), plus ``digest`` and, for ``class_version`` > 1,
-``class_version`` — so both are taken out and the two ids put back.
+The canonical state is rebuilt from the stored state (no pydantic validation): its values
+are the event's ``model_dump(mode="json")`` values, plus ``digest`` and, for
+``class_version`` > 1, ``class_version`` — so both are taken out and the two ids are put
+back from the store's columns.
 """
 
 from __future__ import annotations
@@ -128,14 +128,9 @@ class StreamHead:
 
 
 def state_of(mapper: Mapper[UUID], notification: Any) -> dict[str, Any]:
-    """The stored JSON state of one notification (decrypted/decompressed as the mapper
-    would), not validated."""
-    data = notification.state
-    if mapper.cipher:
-        data = mapper.cipher.decrypt(data)
-    if mapper.compressor:
-        data = mapper.compressor.decompress(data)
-    return mapper.transcoder.decode(data)
+    """The stored JSON state of one notification, not validated (see
+    :meth:`ledger.mapper.PydanticMapper.stored_state`)."""
+    return mapper.stored_state(notification.state)  # type: ignore[attr-defined, no-any-return]
 
 
 def select(
