@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURES
 
 from api.bootstrap import Services
 from ledger.importer import detect, import_paths
 from ledger.observation import SessionRef
 from projections import queries
-
-from conftest import FIXTURES
 
 DRIFT = FIXTURES / "agent-sessions-schema-drift"
 GEMINI = FIXTURES / "agentcmd-gemini-sessions"
@@ -35,7 +34,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 def _text(parts: Any) -> str:
     if isinstance(parts, str):
         return parts
-    return "\n".join(p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "\n".join(
+        p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
 
 
 def _gemini_tokens(messages: list[dict[str, Any]]) -> dict[str, int]:
@@ -59,39 +60,78 @@ def expected(path: Path) -> tuple[str, str, dict[str, Any]]:
     zero = dict.fromkeys(TOKENS, 0)
     if path.name.startswith("cursor_"):
         recs = _lines(path)
-        prompts = [_text(r["message"]["content"]) for r in recs if r.get("role") == "user"
-                   and _text(r["message"]["content"])]
-        calls = sum(1 for r in recs if r.get("role") == "assistant" for b in r["message"]["content"]
-                    if b.get("type") in ("tool_use", "tool_call"))
+        prompts = [
+            _text(r["message"]["content"])
+            for r in recs
+            if r.get("role") == "user" and _text(r["message"]["content"])
+        ]
+        calls = sum(
+            1
+            for r in recs
+            if r.get("role") == "assistant"
+            for b in r["message"]["content"]
+            if b.get("type") in ("tool_use", "tool_call")
+        )
         no_fact = [r for r in recs if "role" not in r and r.get("type") != "turn_ended"]
-        return "cursor", stem, {"prompts": prompts, "tool_calls": calls, "tokens": zero, "observed": len(no_fact)}
+        return (
+            "cursor",
+            stem,
+            {"prompts": prompts, "tool_calls": calls, "tokens": zero, "observed": len(no_fact)},
+        )
     if path.name.startswith("openclaw_"):
         recs = _lines(path)
         msgs = [r["message"] for r in recs if r["type"] == "message"]
         prompts = [_text(m["content"]) for m in msgs if m["role"] == "user"]
-        calls = sum(1 for m in msgs if m["role"] == "assistant" for b in m["content"] if b.get("type") == "toolCall")
-        observed = [r for r in recs if r["type"] != "message"] + [m for m in msgs if m["role"] == "system"]
-        return "openclaw", recs[0]["id"], {"prompts": prompts, "tool_calls": calls, "tokens": zero,
-                                           "observed": len(observed)}
+        calls = sum(
+            1
+            for m in msgs
+            if m["role"] == "assistant"
+            for b in m["content"]
+            if b.get("type") == "toolCall"
+        )
+        observed = [r for r in recs if r["type"] != "message"] + [
+            m for m in msgs if m["role"] == "system"
+        ]
+        return (
+            "openclaw",
+            recs[0]["id"],
+            {"prompts": prompts, "tool_calls": calls, "tokens": zero, "observed": len(observed)},
+        )
     if path.suffix == ".jsonl":  # Gemini v0.40 JSONL: header, message lines, $set lines
         recs = _lines(path)
         msgs = list({r["id"]: r for r in recs if "id" in r and "type" in r}.values())
         prompts = [_text(m["content"]) for m in msgs if m["type"] == "user"]
         calls = sum(len(m.get("toolCalls") or []) for m in msgs)
         observed = 1 + sum(1 for r in recs if "$set" in r)  # the header and the patches
-        return "gemini", recs[0]["sessionId"], {"prompts": prompts, "tool_calls": calls,
-                                                "tokens": _gemini_tokens(msgs), "observed": observed}
+        return (
+            "gemini",
+            recs[0]["sessionId"],
+            {
+                "prompts": prompts,
+                "tool_calls": calls,
+                "tokens": _gemini_tokens(msgs),
+                "observed": observed,
+            },
+        )
     doc = json.loads(path.read_text())
     if "history" in doc:  # legacy form: no session id, no tokens
         prompts = [_text(h["parts"]) for h in doc["history"] if h["role"] == "user"]
         return "gemini", stem, {"prompts": prompts, "tool_calls": 0, "tokens": zero, "observed": 1}
-    msgs = doc["messages"] if "messages" in doc else [doc]
+    msgs = doc.get("messages", [doc])
     prompts = [_text(m["content"]) for m in msgs if m["type"] == "user"]
     calls = sum(len(m.get("toolCalls") or []) for m in msgs)
     sid = doc.get("sessionId", stem)
     observed = 1 if "messages" in doc else 0  # the session header
-    return "gemini", sid, {"prompts": prompts, "tool_calls": calls, "tokens": _gemini_tokens(msgs),
-                           "observed": observed}
+    return (
+        "gemini",
+        sid,
+        {
+            "prompts": prompts,
+            "tool_calls": calls,
+            "tokens": _gemini_tokens(msgs),
+            "observed": observed,
+        },
+    )
 
 
 FILES = sorted(
@@ -158,8 +198,13 @@ def test_gemini_tool_outcomes(services: Services) -> None:
     status = {c["id"]: c["status"] for m in doc["messages"] for c in m.get("toolCalls") or []}
     import_paths(services.ledger, [path])
     calls = _session(services, "gemini", doc["sessionId"])["detail"]["tool_calls"]
-    assert {c["tool_use_id"]: c["is_error"] for c in calls} == {k: v != "success" for k, v in status.items()}
-    assert sorted(status.values()).count("cancelled") == 1 and sorted(status.values()).count("error") == 1
+    assert {c["tool_use_id"]: c["is_error"] for c in calls} == {
+        k: v != "success" for k, v in status.items()
+    }
+    assert (
+        sorted(status.values()).count("cancelled") == 1
+        and sorted(status.values()).count("error") == 1
+    )
     cancelled = next(c for c in calls if status[c["tool_use_id"]] == "cancelled")
     assert "Cancelled" in (cancelled["error"] or "")
 
@@ -170,7 +215,9 @@ def test_unknown_record_kept(services: Services) -> None:
     unknown = next(r for r in _lines(path) if r["type"] == "compact")
     import_paths(services.ledger, [path])
     events = _events(services, "openclaw", "openclaw-stage0-drift")
-    kept = [e for e in events if type(e).__name__ == "RecordObserved" and e.record_type == "compact"]
+    kept = [
+        e for e in events if type(e).__name__ == "RecordObserved" and e.record_type == "compact"
+    ]
     assert len(kept) == 1 and kept[0].raw == unknown
 
 
@@ -212,7 +259,9 @@ def test_gemini_chat_rewritten_in_place(services: Services, tmp_path: Path, cut:
     assert sorted(grown_keys) == sorted(whole_keys)
     for f in ("prompt_count", "tool_call_count", "tool_error_count", *TOKENS):
         assert grown[f] == whole[f], f
-    assert [b["prompt"] for b in grown["detail"]["batches"]] == [b["prompt"] for b in whole["detail"]["batches"]]
+    assert [b["prompt"] for b in grown["detail"]["batches"]] == [
+        b["prompt"] for b in whole["detail"]["batches"]
+    ]
 
 
 def test_gemini_message_growing_in_place(services: Services, tmp_path: Path) -> None:
@@ -224,7 +273,12 @@ def test_gemini_message_growing_in_place(services: Services, tmp_path: Path) -> 
     msg = early["messages"][1]
     call = msg["toolCalls"][0]
     call["status"], call["result"] = "executing", None
-    msg["tokens"] = {**msg["tokens"], "output": 1, "thoughts": 0, "total": msg["tokens"]["input"] + 1}
+    msg["tokens"] = {
+        **msg["tokens"],
+        "output": 1,
+        "thoughts": 0,
+        "total": msg["tokens"]["input"] + 1,
+    }
     early["messages"] = early["messages"][:2]
     live = tmp_path / src.name
     live.write_text(json.dumps(early))

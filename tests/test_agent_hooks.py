@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import orjson
+from conftest import FIXTURES, Server
 
 from api.bootstrap import Services, build
 from ledger.config import Settings
@@ -25,8 +26,6 @@ from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
 from projections import queries
-
-from conftest import FIXTURES, Server
 
 CHAT = FIXTURES / "agentcmd-gemini-sessions" / "session-2025-10-29T10-36-453aa339.json"
 OPENCLAW = FIXTURES / "agent-sessions-schema-drift" / "openclaw_session_small.jsonl"
@@ -42,18 +41,26 @@ def _row(services: Services, external_id: str) -> dict[str, Any]:
 
 
 def _kinds(services: Services, agent: str, external_id: str) -> list[str]:
-    return [type(e).__name__ for e in services.ledger.repository.event_store.get(SessionRef(agent, external_id).id)]
+    return [
+        type(e).__name__
+        for e in services.ledger.repository.event_store.get(SessionRef(agent, external_id).id)
+    ]
 
 
-def _post_all(url: str, agent: str, payloads: list[dict[str, Any]], prefix: str) -> list[httpx.Response]:
+def _post_all(
+    url: str, agent: str, payloads: list[dict[str, Any]], prefix: str
+) -> list[httpx.Response]:
     with httpx.Client(base_url=url, timeout=30) as client:
         return [
-            client.post(f"/v1/hooks/{agent}", json=p, headers={"X-Hookledger-Capture-Key": f"{prefix}-{i}"})
+            client.post(
+                f"/v1/hooks/{agent}", json=p, headers={"X-Hookledger-Capture-Key": f"{prefix}-{i}"}
+            )
             for i, p in enumerate(payloads)
         ]
 
 
 # -- Gemini CLI -------------------------------------------------------------------------
+
 
 def _gemini_payloads() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     doc = json.loads(CHAT.read_text())
@@ -65,11 +72,20 @@ def _gemini_payloads() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return {**base, "hook_event_name": name, "timestamp": "2025-10-29T10:37:00.000Z", **fields}
 
     request = {"model": "gemini-2.5-pro", "messages": [{"role": "user", "content": prompt}]}
-    usage = {"promptTokenCount": 5367, "candidatesTokenCount": 18, "cachedContentTokenCount": 1000,
-             "thoughtsTokenCount": 244, "totalTokenCount": 5629}
+    usage = {
+        "promptTokenCount": 5367,
+        "candidatesTokenCount": 18,
+        "cachedContentTokenCount": 1000,
+        "thoughtsTokenCount": 244,
+        "totalTokenCount": 5629,
+    }
     chunk = {"candidates": [{"content": {"role": "model", "parts": ["Reading"]}}]}
-    final = {"candidates": [{"content": {"role": "model", "parts": [" the file."]}, "finishReason": "STOP"}],
-             "usageMetadata": usage}
+    final = {
+        "candidates": [
+            {"content": {"role": "model", "parts": [" the file."]}, "finishReason": "STOP"}
+        ],
+        "usageMetadata": usage,
+    }
     payloads = [
         hook("SessionStart", source="startup"),
         hook("BeforeAgent", prompt=prompt),
@@ -77,14 +93,28 @@ def _gemini_payloads() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         hook("AfterModel", llm_request=request, llm_response=chunk),
         hook("AfterModel", llm_request=request, llm_response=chunk),
         hook("AfterModel", llm_request=request, llm_response=final),
-        hook("AfterModel", llm_request=request, llm_response={"usageMetadata": usage}),  # same usage again
+        hook(
+            "AfterModel", llm_request=request, llm_response={"usageMetadata": usage}
+        ),  # same usage again
         hook("BeforeToolSelection", llm_request=request),
         hook("BeforeTool", tool_name="read_file", tool_input={"absolute_path": "/work/demo/a.py"}),
-        hook("AfterTool", tool_name="read_file", tool_input={"absolute_path": "/work/demo/a.py"},
-             tool_response={"llmContent": "print(1)", "returnDisplay": ""}),
+        hook(
+            "AfterTool",
+            tool_name="read_file",
+            tool_input={"absolute_path": "/work/demo/a.py"},
+            tool_response={"llmContent": "print(1)", "returnDisplay": ""},
+        ),
         hook("BeforeTool", tool_name="list_directory", tool_input={"path": "."}),
-        hook("AfterTool", tool_name="list_directory", tool_input={"path": "."},
-             tool_response={"llmContent": "", "returnDisplay": "", "error": "Path must be absolute: ."}),
+        hook(
+            "AfterTool",
+            tool_name="list_directory",
+            tool_input={"path": "."},
+            tool_response={
+                "llmContent": "",
+                "returnDisplay": "",
+                "error": "Path must be absolute: .",
+            },
+        ),
         hook("Notification", notification_type="ToolPermission", message="Allow?", details={}),
         hook("PreCompress", trigger="auto"),
         hook("AfterAgent", prompt=prompt, prompt_response="Done.", stop_hook_active=False),
@@ -95,8 +125,12 @@ def _gemini_payloads() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         "session": sid,
         "prompts": [prompt],
         # Anthropic convention: input without cache reads, output with thoughts.
-        "tokens": {"input_tokens": 5367 - 1000, "output_tokens": 18 + 244, "cache_read_input_tokens": 1000,
-                   "cache_creation_input_tokens": 0},
+        "tokens": {
+            "input_tokens": 5367 - 1000,
+            "output_tokens": 18 + 244,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 0,
+        },
         "tools": {"read_file": False, "list_directory": True},
     }
     return payloads, want
@@ -148,33 +182,70 @@ EMAIL = "dev.person@example.com"
 
 
 def _cursor_payloads() -> list[dict[str, Any]]:
-    base = {"conversation_id": "c0ffee-1", "generation_id": "gen-1", "model": "claude-4.5-sonnet",
-            "cursor_version": "2.1.0", "workspace_roots": ["/home/dev/project"], "user_email": EMAIL,
-            "transcript_path": None}
+    base = {
+        "conversation_id": "c0ffee-1",
+        "generation_id": "gen-1",
+        "model": "claude-4.5-sonnet",
+        "cursor_version": "2.1.0",
+        "workspace_roots": ["/home/dev/project"],
+        "user_email": EMAIL,
+        "transcript_path": None,
+    }
 
     def hook(name: str, **fields: Any) -> dict[str, Any]:
         return {**base, "hook_event_name": name, **fields}
 
     tool_id = "call_abc\nctc_def"  # Cursor ids hold a newline (FORMATS.md C19)
     return [
-        hook("sessionStart", session_id="c0ffee-1", is_background_agent=False, composer_mode="agent"),
+        hook(
+            "sessionStart", session_id="c0ffee-1", is_background_agent=False, composer_mode="agent"
+        ),
         hook("beforeSubmitPrompt", prompt="Run the tests", attachments=[]),
-        hook("preToolUse", tool_name="Shell", tool_input={"command": "pytest"}, tool_use_id=tool_id),
+        hook(
+            "preToolUse", tool_name="Shell", tool_input={"command": "pytest"}, tool_use_id=tool_id
+        ),
         hook("beforeShellExecution", command="pytest", cwd="/home/dev/project"),
         hook("afterShellExecution", command="pytest", output="1 passed", duration=812),
-        hook("postToolUse", tool_name="Shell", tool_input={"command": "pytest"}, tool_use_id=tool_id,
-             tool_output=json.dumps({"output": "1 passed"}), duration=812),
-        hook("preToolUse", tool_name="Read", tool_input={"path": "missing.py"}, tool_use_id="call_2\nctc_2"),
-        hook("postToolUseFailure", tool_name="Read", tool_input={"path": "missing.py"},
-             tool_use_id="call_2\nctc_2", error_message="File not found"),
-        hook("subagentStart", subagent_id="sub-1", subagent_type="explore", task="Find the config",
-             parent_conversation_id="c0ffee-1"),
+        hook(
+            "postToolUse",
+            tool_name="Shell",
+            tool_input={"command": "pytest"},
+            tool_use_id=tool_id,
+            tool_output=json.dumps({"output": "1 passed"}),
+            duration=812,
+        ),
+        hook(
+            "preToolUse",
+            tool_name="Read",
+            tool_input={"path": "missing.py"},
+            tool_use_id="call_2\nctc_2",
+        ),
+        hook(
+            "postToolUseFailure",
+            tool_name="Read",
+            tool_input={"path": "missing.py"},
+            tool_use_id="call_2\nctc_2",
+            error_message="File not found",
+        ),
+        hook(
+            "subagentStart",
+            subagent_id="sub-1",
+            subagent_type="explore",
+            task="Find the config",
+            parent_conversation_id="c0ffee-1",
+        ),
         hook("subagentStop", subagent_id="sub-1", subagent_type="explore", status="completed"),
         hook("afterAgentThought", text="thinking..."),
         hook("afterAgentResponse", text="All tests pass."),
         hook("preCompact", trigger="auto"),
         hook("stop", status="completed", loop_count=0),
-        hook("sessionEnd", session_id="c0ffee-1", reason="user_closed", duration_ms=60000, final_status="ok"),
+        hook(
+            "sessionEnd",
+            session_id="c0ffee-1",
+            reason="user_closed",
+            duration_ms=60000,
+            final_status="ok",
+        ),
         hook("afterTabFileEditV2", file_path="x"),
     ]
 
@@ -187,8 +258,13 @@ def test_cursor_hooks(services: Services) -> None:
     detail = _row(services, "c0ffee-1")
     assert detail["agent"] == "cursor" and detail["cwd"] == "/home/dev/project"
     assert [b["prompt"] for b in detail["batches"]] == ["Run the tests"]
-    calls = {c["tool_use_id"]: (c["tool_name"], c["is_error"], c["error"]) for c in detail["tool_calls"]}
-    assert calls == {"call_abc\nctc_def": ("Shell", False, None), "call_2\nctc_2": ("Read", True, "File not found")}
+    calls = {
+        c["tool_use_id"]: (c["tool_name"], c["is_error"], c["error"]) for c in detail["tool_calls"]
+    }
+    assert calls == {
+        "call_abc\nctc_def": ("Shell", False, None),
+        "call_2\nctc_2": ("Read", True, "File not found"),
+    }
     assert detail["status"] == "COMPLETED"
     child = _row(services, "c0ffee-1/subagent-sub-1")
     assert child["parent_id"] == detail["id"] and child["agent_type"] == "explore"
@@ -197,7 +273,9 @@ def test_cursor_hooks(services: Services) -> None:
 
     events = list(services.ledger.repository.event_store.get(SessionRef("cursor", "c0ffee-1").id))
     kinds = [type(e).__name__ for e in events]
-    assert kinds.count("RecordObserved") == 3  # shell before/after, thought: kept, not counted as calls
+    assert (
+        kinds.count("RecordObserved") == 3
+    )  # shell before/after, thought: kept, not counted as calls
     assert kinds.count("UnknownHookEvent") == 1
     # The email is in no derived fact; the raw payloads keep it (documented).
     for e in events:
@@ -208,6 +286,7 @@ def test_cursor_hooks(services: Services) -> None:
 
 # -- OpenClaw -----------------------------------------------------------------------------
 
+
 def _openclaw_payloads(sid: str) -> list[dict[str, Any]]:
     ctx = {"agentId": "main", "sessionId": sid, "sessionKey": "agent:main:main"}
 
@@ -216,12 +295,24 @@ def _openclaw_payloads(sid: str) -> list[dict[str, Any]]:
 
     return [
         hook("session_start", sessionId=sid, sessionKey="agent:main:main"),
-        hook("message_received", **{"from": "user", "content": "List files", "timestamp": 1771923602000}),
+        hook(
+            "message_received",
+            **{"from": "user", "content": "List files", "timestamp": 1771923602000},
+        ),
         hook("before_tool_call", toolName="shell_exec", params={"command": "ls"}, toolCallId="tc1"),
-        hook("after_tool_call", toolName="shell_exec", params={"command": "ls"}, toolCallId="tc1",
-             result="main.swift\nResources\n", durationMs=40),
-        hook("llm_output", model="openclaw-small",
-             usage={"input": 120, "output": 30, "cacheRead": 900, "cacheWrite": 50, "total": 1100}),
+        hook(
+            "after_tool_call",
+            toolName="shell_exec",
+            params={"command": "ls"},
+            toolCallId="tc1",
+            result="main.swift\nResources\n",
+            durationMs=40,
+        ),
+        hook(
+            "llm_output",
+            model="openclaw-small",
+            usage={"input": 120, "output": 30, "cacheRead": 900, "cacheWrite": 50, "total": 1100},
+        ),
         hook("agent_end", success=True, durationMs=2000, messages=[]),
         hook("session_suspend", sessionId=sid, reason="idle"),
         hook("session_resume", sessionId=sid),
@@ -240,7 +331,9 @@ def test_openclaw_hooks_and_transcript(settings: Settings) -> None:
     srv = Server(settings).start()
     try:
         responses = _post_all(srv.url, "openclaw", payloads, "oc")
-        bad = _post_all(srv.url, "openclaw", [{"event": {"sessionId": sid}}, {"hook": "x", "event": {}}], "bad")
+        bad = _post_all(
+            srv.url, "openclaw", [{"event": {"sessionId": sid}}, {"hook": "x", "event": {}}], "bad"
+        )
     finally:
         srv.stop()
     assert [r.status_code for r in responses] == [202] * len(payloads)
@@ -253,7 +346,10 @@ def test_openclaw_hooks_and_transcript(settings: Settings) -> None:
         path = [h["to_status"] for h in detail["status_history"]]
         assert path[-4:] == ["WAITING", "PAUSED", "ACTIVE", "COMPLETED"]
         assert (detail["input_tokens"], detail["output_tokens"]) == (120, 30)
-        assert (detail["cache_read_input_tokens"], detail["cache_creation_input_tokens"]) == (900, 50)
+        assert (detail["cache_read_input_tokens"], detail["cache_creation_input_tokens"]) == (
+            900,
+            50,
+        )
         assert 120 + 30 + 900 + 50 == 1100  # the hook's own total, by the same convention
         assert [b["prompt"] for b in detail["batches"]] == ["List files"]
         assert [(c["tool_use_id"], c["is_error"]) for c in detail["tool_calls"]] == [("tc1", False)]
@@ -263,8 +359,13 @@ def test_openclaw_hooks_and_transcript(settings: Settings) -> None:
         import_paths(services.ledger, [OPENCLAW])
         detail = _row(services, sid)
         transcript = [json.loads(x) for x in OPENCLAW.read_text().splitlines()]
-        calls = {b["id"] for r in transcript if r["type"] == "message"
-                 for b in r["message"]["content"] if isinstance(b, dict) and b.get("type") == "toolCall"}
+        calls = {
+            b["id"]
+            for r in transcript
+            if r["type"] == "message"
+            for b in r["message"]["content"]
+            if isinstance(b, dict) and b.get("type") == "toolCall"
+        }
         assert {c["tool_use_id"] for c in detail["tool_calls"]} == calls == {"tc1"}
         assert detail["prompt_count"] == 1
     finally:

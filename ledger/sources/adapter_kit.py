@@ -89,7 +89,9 @@ def hook_envelope(payload: Any, id_fields: tuple[str, ...], name_field: str) -> 
     """
     if not isinstance(payload, dict):
         raise HookPayloadError(f"hook payload is a JSON {type(payload).__name__}, not an object")
-    sid = next((payload[f] for f in id_fields if isinstance(payload.get(f), str) and payload[f]), None)
+    sid = next(
+        (payload[f] for f in id_fields if isinstance(payload.get(f), str) and payload[f]), None
+    )
     if sid is None:
         raise HookPayloadError(f"hook payload has no {' or '.join(id_fields)}")
     name = payload.get(name_field)

@@ -47,9 +47,17 @@ def detect(path: Path, head: bytes) -> str | None:
         return "gemini.chat-jsonl"
     if first.get("type") == "session" and "version" in first and "id" in first:
         return "openclaw.transcript"
-    if any(r.get("type") == "message" and "parentId" in r and isinstance(r.get("message"), dict) for r in records):
+    if any(
+        r.get("type") == "message" and "parentId" in r and isinstance(r.get("message"), dict)
+        for r in records
+    ):
         return "openclaw.transcript"
-    if "role" in first and isinstance(first.get("message"), dict) and "type" not in first and "sessionId" not in first:
+    if (
+        "role" in first
+        and isinstance(first.get("message"), dict)
+        and "type" not in first
+        and "sessionId" not in first
+    ):
         return "cursor.transcript"
     return None
 

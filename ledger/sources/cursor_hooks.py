@@ -12,17 +12,23 @@ Common fields: ``conversation_id`` (the session; ``session_id`` when absent),
 Privacy: ``user_email`` is never copied into a derived fact; the raw payload is kept
 as received (after ``<private>`` stripping) like every other source's raw record.
 
-| hook | fact |
-|---|---|
-| sessionStart / sessionEnd | ``Started`` / ``Ended`` (``reason``; ``final_status``) |
-| beforeSubmitPrompt ``{prompt}`` | ``PromptSubmitted`` (alias shared with the transcript) |
-| stop ``{status}`` | ``TurnEnded`` (reason = status) |
-| preToolUse / postToolUse / postToolUseFailure ``{tool_name, tool_input, tool_use_id, tool_output, duration}`` | ``ToolCallStarted`` / ``ToolCallCompleted`` keyed ``tool:{tool_use_id}:start\\|end`` (the id may hold a newline: kept verbatim) |
-| subagentStart / subagentStop ``{subagent_id, subagent_type, task}`` | child session ``{conversation_id}/subagent-{subagent_id}``: ``SubagentLinked`` + child ``Started`` / ``SubagentStopped`` + child ``Ended`` |
-| afterAgentResponse ``{text}`` | ``AssistantReplied`` |
-| preCompact ``{trigger}`` | ``Compacted`` |
-| before/afterShellExecution, before/afterMCPExecution, beforeReadFile, afterFileEdit, afterAgentThought, Tab hooks | ``RecordObserved`` (raw kept; these fire beside preToolUse/postToolUse for the same call, so they are not counted as tool calls twice) |
-| anything else | ``UnknownHookEvent`` |
+Hooks -> facts:
+
+* sessionStart / sessionEnd -> ``Started`` / ``Ended`` (``reason``, else ``final_status``);
+* beforeSubmitPrompt ``{prompt}`` -> ``PromptSubmitted`` (alias shared with the transcript);
+* stop ``{status}`` -> ``TurnEnded`` (reason = status);
+* preToolUse / postToolUse / postToolUseFailure ``{tool_name, tool_input, tool_use_id,
+  tool_output (JSON string), duration (ms)}`` -> ``ToolCallStarted`` /
+  ``ToolCallCompleted`` keyed ``tool:{tool_use_id}:start|end`` (the id may hold a
+  newline between its two parts: kept verbatim);
+* subagentStart / subagentStop ``{subagent_id, subagent_type, task}`` -> child session
+  ``{conversation_id}/subagent-{subagent_id}``: ``SubagentLinked`` + child ``Started``
+  (+ the task as its prompt) / ``SubagentStopped`` + child ``Ended``;
+* afterAgentResponse ``{text}`` -> ``AssistantReplied``; preCompact -> ``Compacted``;
+* before/afterShellExecution, before/afterMCPExecution, beforeReadFile, afterFileEdit,
+  afterAgentThought, the Tab hooks -> ``RecordObserved`` (raw kept; they fire beside
+  preToolUse/postToolUse for the same call, so they are not counted as calls twice);
+* anything else -> ``UnknownHookEvent``.
 
 Keys: ``hook:{capture_key}`` except tool calls (above).
 """
@@ -36,7 +42,14 @@ import orjson
 
 from ledger.observation import Observation, SessionRef
 from ledger.privacy import strip_private
-from ledger.sources.adapter_kit import HookPayloadError, as_int, as_str, hook_envelope, prompt_kind, text_hash
+from ledger.sources.adapter_kit import (
+    HookPayloadError,
+    as_int,
+    as_str,
+    hook_envelope,
+    prompt_kind,
+    text_hash,
+)
 
 AGENT = "cursor"
 SOURCE_FORMAT = "cursor.hook"
@@ -71,9 +84,19 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
     ref = SessionRef(AGENT, sid, cwd=project)
     key = f"hook:{capture_key}"
 
-    def obs(kind: str, data: dict[str, Any], k: str = key, session: SessionRef = ref) -> Observation:
-        return Observation(session, kind, k, data, source_format=SOURCE_FORMAT, occurred_at=captured_at,
-                           record_key=key, source_version=as_str(payload.get("cursor_version")))
+    def obs(
+        kind: str, data: dict[str, Any], k: str = key, session: SessionRef = ref
+    ) -> Observation:
+        return Observation(
+            session,
+            kind,
+            k,
+            data,
+            source_format=SOURCE_FORMAT,
+            occurred_at=captured_at,
+            record_key=key,
+            source_version=as_str(payload.get("cursor_version")),
+        )
 
     p = payload
     facts: list[Observation]
@@ -94,11 +117,26 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
     elif name in ("subagentStart", "subagentStop"):
         facts = _subagent(name, p, ref, obs)
     elif name == "afterAgentResponse":
-        facts = [obs("AssistantReplied", {"message_id": as_str(p.get("generation_id")),
-                                          "model": as_str(p.get("model")), "text": as_str(p.get("text")) or ""})]
+        facts = [
+            obs(
+                "AssistantReplied",
+                {
+                    "message_id": as_str(p.get("generation_id")),
+                    "model": as_str(p.get("model")),
+                    "text": as_str(p.get("text")) or "",
+                },
+            )
+        ]
     elif name == "preCompact":
-        facts = [obs("Compacted", {"trigger": as_str(p.get("trigger")),
-                                   "pre_tokens": as_int(p.get("context_tokens"))})]
+        facts = [
+            obs(
+                "Compacted",
+                {
+                    "trigger": as_str(p.get("trigger")),
+                    "pre_tokens": as_int(p.get("context_tokens")),
+                },
+            )
+        ]
     elif name in _OBSERVED:
         facts = [obs("RecordObserved", {"record_type": f"hook:{name}"})]
     else:
@@ -114,16 +152,30 @@ def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
     phase = "start" if name == "preToolUse" else "end"
     k = f"tool:{tool_id}:{phase}" if tool_id else key
     if name == "preToolUse":
-        return obs("ToolCallStarted", {"tool_use_id": tool_id or key, "tool_name": tool_name,
-                                       "tool_input": p.get("tool_input")}, k)
+        return obs(
+            "ToolCallStarted",
+            {
+                "tool_use_id": tool_id or key,
+                "tool_name": tool_name,
+                "tool_input": p.get("tool_input"),
+            },
+            k,
+        )
     failed = name == "postToolUseFailure"
     error = p.get("error_message") if "error_message" in p else p.get("error")
-    return obs("ToolCallCompleted", {
-        "tool_use_id": tool_id or key, "tool_name": tool_name, "output": _json_or_text(p.get("tool_output")),
-        "is_error": failed, "error": (as_str(error) or "failed") if failed else None,
-        "duration_ms": as_int(p.get("duration")) or as_int(p.get("duration_ms")),
-        "interrupted": p.get("is_interrupt") is True,
-    }, k)
+    return obs(
+        "ToolCallCompleted",
+        {
+            "tool_use_id": tool_id or key,
+            "tool_name": tool_name,
+            "output": _json_or_text(p.get("tool_output")),
+            "is_error": failed,
+            "error": (as_str(error) or "failed") if failed else None,
+            "duration_ms": as_int(p.get("duration")) or as_int(p.get("duration_ms")),
+            "interrupted": p.get("is_interrupt") is True,
+        },
+        k,
+    )
 
 
 def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> list[Observation]:
@@ -131,18 +183,46 @@ def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> lis
     if not agent_id:
         return [obs("RecordObserved", {"record_type": f"hook:{name}"})]
     agent_type = as_str(p.get("subagent_type"))
-    child = SessionRef(AGENT, f"{parent.external_id}/subagent-{agent_id}", parent.external_id, agent_type, parent.cwd)
+    child = SessionRef(
+        AGENT,
+        f"{parent.external_id}/subagent-{agent_id}",
+        parent.external_id,
+        agent_type,
+        parent.cwd,
+    )
     if name == "subagentStart":
-        link = obs("SubagentLinked", {"child_id": child.id, "child_external_id": child.external_id,
-                                      "agent_id": agent_id, "agent_type": agent_type}, f"subagent:{agent_id}")
+        link = obs(
+            "SubagentLinked",
+            {
+                "child_id": child.id,
+                "child_external_id": child.external_id,
+                "agent_id": agent_id,
+                "agent_type": agent_type,
+            },
+            f"subagent:{agent_id}",
+        )
         started = obs("Started", {"source": "subagent"}, f"subagent:{agent_id}:start", child)
         task = as_str(p.get("task"))
         facts = [link, started]
         if task:
-            facts.append(obs("PromptSubmitted", {"text": task, "prompt_kind": "task"}, f"subagent:{agent_id}:task", child))
+            facts.append(
+                obs(
+                    "PromptSubmitted",
+                    {"text": task, "prompt_kind": "task"},
+                    f"subagent:{agent_id}:task",
+                    child,
+                )
+            )
         return facts
-    stopped = obs("SubagentStopped", {"child_id": child.id, "agent_id": agent_id, "agent_type": agent_type})
-    ended = obs("Ended", {"reason": as_str(p.get("status")) or "subagent_stop"}, f"subagent:{agent_id}:end", child)
+    stopped = obs(
+        "SubagentStopped", {"child_id": child.id, "agent_id": agent_id, "agent_type": agent_type}
+    )
+    ended = obs(
+        "Ended",
+        {"reason": as_str(p.get("status")) or "subagent_stop"},
+        f"subagent:{agent_id}:end",
+        child,
+    )
     return [stopped, ended]
 
 

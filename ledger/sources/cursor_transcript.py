@@ -38,7 +38,9 @@ _RESULTS = ("tool_result", "tool-result")
 _USER_QUERY = re.compile(r"\A\s*<user_query>\s*(.*?)\s*</user_query>\s*\Z", re.DOTALL)
 
 
-def parse_records(lines: Iterable[bytes], source: str, conversation_id: str) -> Iterator[Observation | Rejected]:
+def parse_records(
+    lines: Iterable[bytes], source: str, conversation_id: str
+) -> Iterator[Observation | Rejected]:
     """Parse transcript lines of the conversation ``conversation_id`` (file name stem)."""
     ref = SessionRef(AGENT, conversation_id)
     keys = LineKeys()
@@ -51,7 +53,9 @@ def parse_records(lines: Iterable[bytes], source: str, conversation_id: str) -> 
         try:
             rec = orjson.loads(line)
         except orjson.JSONDecodeError as e:
-            yield Rejected(source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT)
+            yield Rejected(
+                source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT
+            )
             continue
         if not isinstance(rec, dict):
             reason = f"record is a JSON {type(rec).__name__}, not an object"
@@ -61,18 +65,30 @@ def parse_records(lines: Iterable[bytes], source: str, conversation_id: str) -> 
         if may_hold_private(line):
             rec, redactions = strip_private(rec)
         key = keys.key(line)
-        common: dict[str, Any] = {"source_format": SOURCE_FORMAT, "record_key": key, "after_prompt": last_prompt}
+        common: dict[str, Any] = {
+            "source_format": SOURCE_FORMAT,
+            "record_key": key,
+            "after_prompt": last_prompt,
+        }
 
-        def obs(kind: str, data: dict[str, Any], k: str = key, common: dict[str, Any] = common) -> Observation:
+        def obs(
+            kind: str, data: dict[str, Any], k: str = key, common: dict[str, Any] = common
+        ) -> Observation:
             return Observation(ref, kind, k, data, **common)
 
         role = as_str(rec.get("role"))
         message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
         content = message.get("content")
         blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-        texts = [content] if isinstance(content, str) else [
-            b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)
-        ]
+        texts = (
+            [content]
+            if isinstance(content, str)
+            else [
+                b["text"]
+                for b in blocks
+                if b.get("type") == "text" and isinstance(b.get("text"), str)
+            ]
+        )
         facts: list[Observation] = []
         if role == "user":
             text = _unwrap("\n".join(texts))
@@ -89,18 +105,33 @@ def parse_records(lines: Iterable[bytes], source: str, conversation_id: str) -> 
                     facts.append(_result(b, f"{key}#{i}", open_calls, obs))
         elif role == "assistant":
             facts.append(
-                obs("AssistantReplied", {"message_id": key, "model": as_str(rec.get("model")),
-                                         "text": "\n".join(texts),
-                                         "has_thinking": any(b.get("type") == "thinking" for b in blocks)})
+                obs(
+                    "AssistantReplied",
+                    {
+                        "message_id": key,
+                        "model": as_str(rec.get("model")),
+                        "text": "\n".join(texts),
+                        "has_thinking": any(b.get("type") == "thinking" for b in blocks),
+                    },
+                )
             )
             for i, b in enumerate(blocks):
                 if b.get("type") in _CALLS:
                     tool_id = as_str(b.get("id")) or f"{key}#{i}"
                     name = as_str(b.get("name")) or "(unknown)"
                     open_calls.append((tool_id, name))
-                    facts.append(obs("ToolCallStarted", {"tool_use_id": tool_id, "tool_name": name,
-                                                         "tool_input": b.get("input"), "message_id": key},
-                                     f"tool:{tool_id}:start"))
+                    facts.append(
+                        obs(
+                            "ToolCallStarted",
+                            {
+                                "tool_use_id": tool_id,
+                                "tool_name": name,
+                                "tool_input": b.get("input"),
+                                "message_id": key,
+                            },
+                            f"tool:{tool_id}:start",
+                        )
+                    )
         elif rec.get("type") == "turn_ended":
             facts.append(obs("TurnEnded", {"reason": as_str(rec.get("status")) or "turn_ended"}))
         if not facts:
@@ -116,7 +147,9 @@ def _unwrap(text: str) -> str:
     return m.group(1) if m else text
 
 
-def _result(block: dict[str, Any], fallback: str, open_calls: list[tuple[str, str]], obs: Any) -> Observation:
+def _result(
+    block: dict[str, Any], fallback: str, open_calls: list[tuple[str, str]], obs: Any
+) -> Observation:
     name = as_str(block.get("name"))
     tool_id = as_str(block.get("tool_use_id")) or as_str(block.get("id"))
     if tool_id is None:
@@ -124,5 +157,13 @@ def _result(block: dict[str, Any], fallback: str, open_calls: list[tuple[str, st
         tool_id = match[0] if match else fallback
     open_calls[:] = [c for c in open_calls if c[0] != tool_id]
     is_error = block.get("is_error") is True
-    return obs("ToolCallCompleted", {"tool_use_id": tool_id, "tool_name": name, "output": block.get("content"),
-                                     "is_error": is_error}, f"tool:{tool_id}:end")
+    return obs(
+        "ToolCallCompleted",
+        {
+            "tool_use_id": tool_id,
+            "tool_name": name,
+            "output": block.get("content"),
+            "is_error": is_error,
+        },
+        f"tool:{tool_id}:end",
+    )

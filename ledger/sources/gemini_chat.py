@@ -43,7 +43,14 @@ import orjson
 
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
-from ledger.sources.adapter_kit import LineKeys, PromptCounter, as_int, as_str, parse_time, prompt_kind
+from ledger.sources.adapter_kit import (
+    LineKeys,
+    PromptCounter,
+    as_int,
+    as_str,
+    parse_time,
+    prompt_kind,
+)
 
 AGENT = "gemini"
 SOURCE_FORMAT = "gemini.chat"
@@ -65,7 +72,8 @@ def usage_from_tokens(tokens: dict[str, Any]) -> dict[str, int]:
     cached = as_int(tokens.get("cached")) or 0
     return {
         "input_tokens": max(inp - cached, 0) + (as_int(tokens.get("tool")) or 0),
-        "output_tokens": (as_int(tokens.get("output")) or 0) + (as_int(tokens.get("thoughts")) or 0),
+        "output_tokens": (as_int(tokens.get("output")) or 0)
+        + (as_int(tokens.get("thoughts")) or 0),
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": min(cached, inp) if inp else cached,
     }
@@ -98,7 +106,9 @@ def parse_document(data: bytes, source: str, fallback_id: str) -> Iterator[Obser
         raise ValueError("a JSON object without messages[] or history[] (not a Gemini chat)")
 
 
-def parse_jsonl(lines: Iterable[bytes], source: str, fallback_id: str) -> Iterator[Observation | Rejected]:
+def parse_jsonl(
+    lines: Iterable[bytes], source: str, fallback_id: str
+) -> Iterator[Observation | Rejected]:
     """A v0.40+ JSONL chat file: header, message lines and ``$set`` patch lines."""
     parser = ChatParser(source, SOURCE_FORMAT_JSONL, fallback_id)
     for lineno, line in enumerate(lines, start=1):
@@ -107,7 +117,9 @@ def parse_jsonl(lines: Iterable[bytes], source: str, fallback_id: str) -> Iterat
         try:
             rec = orjson.loads(line)
         except orjson.JSONDecodeError as e:
-            yield Rejected(source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT_JSONL)
+            yield Rejected(
+                source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT_JSONL
+            )
             continue
         where = f"line {lineno}"
         if not isinstance(rec, dict):
@@ -142,10 +154,19 @@ class ChatParser:
             self.ref = SessionRef(AGENT, self.fallback_id)
         return self.ref
 
-    def _obs(self, kind: str, key: str, data: dict[str, Any], at: Any, record_key: str) -> Observation:
+    def _obs(
+        self, kind: str, key: str, data: dict[str, Any], at: Any, record_key: str
+    ) -> Observation:
         return Observation(
-            self.session, kind, key, data, source_format=self.fmt, source_version=self.version,
-            occurred_at=parse_time(at), record_key=record_key, after_prompt=self.last_prompt,
+            self.session,
+            kind,
+            key,
+            data,
+            source_format=self.fmt,
+            source_version=self.version,
+            occurred_at=parse_time(at),
+            record_key=record_key,
+            after_prompt=self.last_prompt,
         )
 
     def _with_raw(self, facts: list[Observation], raw: dict[str, Any]) -> list[Observation]:
@@ -162,7 +183,9 @@ class ChatParser:
         self.ref = SessionRef(AGENT, sid or self.fallback_id)
         self.version = as_str(head.get("version"))
         at = head.get("startTime") or head.get("start_time")
-        obs = self._obs("RecordObserved", "gemini:session", {"record_type": "session"}, at, "gemini:session")
+        obs = self._obs(
+            "RecordObserved", "gemini:session", {"record_type": "session"}, at, "gemini:session"
+        )
         yield from self._with_raw([obs], head)
 
     def record(self, rec: dict[str, Any], label: str, key: str) -> Iterator[Observation]:
@@ -173,9 +196,13 @@ class ChatParser:
     def message(self, msg: Any, where: str) -> Iterator[Observation | Rejected]:
         if not isinstance(msg, dict):
             data = orjson.dumps(msg)
-            yield Rejected(self.source, where, "message is not a JSON object", data, AGENT, self.fmt)
+            yield Rejected(
+                self.source, where, "message is not a JSON object", data, AGENT, self.fmt
+            )
             return
-        mid = as_str(msg.get("id")) or self.line_keys.key(orjson.dumps(msg, option=orjson.OPT_SORT_KEYS))
+        mid = as_str(msg.get("id")) or self.line_keys.key(
+            orjson.dumps(msg, option=orjson.OPT_SORT_KEYS)
+        )
         mtype = as_str(msg.get("type")) or "(none)"
         key = f"msg:{mid}"
         at = msg.get("timestamp")
@@ -185,7 +212,15 @@ class ChatParser:
             facts = self._gemini(msg, mid, key, at)
         elif mtype in _NOTICES:
             text = _text(msg.get("content"))
-            facts = [self._obs("NotificationReceived", key, {"message": text, "notification_type": mtype}, at, key)]
+            facts = [
+                self._obs(
+                    "NotificationReceived",
+                    key,
+                    {"message": text, "notification_type": mtype},
+                    at,
+                    key,
+                )
+            ]
         else:
             facts = []
         if not facts:
@@ -212,10 +247,16 @@ class ChatParser:
         thoughts = msg.get("thoughts")
         facts = [
             self._obs(
-                "AssistantReplied", key,
-                {"message_id": mid, "model": model, "text": _text(msg.get("content")),
-                 "has_thinking": bool(thoughts) if isinstance(thoughts, list) else False},
-                at, key,
+                "AssistantReplied",
+                key,
+                {
+                    "message_id": mid,
+                    "model": model,
+                    "text": _text(msg.get("content")),
+                    "has_thinking": bool(thoughts) if isinstance(thoughts, list) else False,
+                },
+                at,
+                key,
             )
         ]
         for i, call in enumerate(calls):
@@ -224,16 +265,29 @@ class ChatParser:
         if isinstance(tokens, dict):
             usage = usage_from_tokens(tokens)
             ukey = f"usage:{mid}:{json_hash(usage)}"
-            facts.append(self._obs("UsageRecorded", ukey, {"message_id": mid, "model": model, **usage}, at, key))
+            facts.append(
+                self._obs(
+                    "UsageRecorded", ukey, {"message_id": mid, "model": model, **usage}, at, key
+                )
+            )
         return facts
 
-    def _tool_call(self, call: dict[str, Any], fallback: str, mid: str, at: Any, key: str) -> list[Observation]:
+    def _tool_call(
+        self, call: dict[str, Any], fallback: str, mid: str, at: Any, key: str
+    ) -> list[Observation]:
         cid = as_str(call.get("id")) or fallback
         name = as_str(call.get("name")) or "(unknown)"
         started = self._obs(
-            "ToolCallStarted", f"tool:{cid}:start",
-            {"tool_use_id": cid, "tool_name": name, "tool_input": call.get("args"), "message_id": mid},
-            at, key,
+            "ToolCallStarted",
+            f"tool:{cid}:start",
+            {
+                "tool_use_id": cid,
+                "tool_name": name,
+                "tool_input": call.get("args"),
+                "message_id": mid,
+            },
+            at,
+            key,
         )
         status = as_str(call.get("status"))
         if status not in _DONE:
@@ -241,10 +295,18 @@ class ChatParser:
         is_error = _DONE[status]
         error = _tool_error(call) if is_error else None
         ended = self._obs(
-            "ToolCallCompleted", f"tool:{cid}:end",
-            {"tool_use_id": cid, "tool_name": name, "output": call.get("result"), "is_error": is_error,
-             "error": error or (status if is_error else None), "interrupted": status == "cancelled"},
-            call.get("timestamp") or at, key,
+            "ToolCallCompleted",
+            f"tool:{cid}:end",
+            {
+                "tool_use_id": cid,
+                "tool_name": name,
+                "output": call.get("result"),
+                "is_error": is_error,
+                "error": error or (status if is_error else None),
+                "interrupted": status == "cancelled",
+            },
+            call.get("timestamp") or at,
+            key,
         )
         return [started, ended]
 
@@ -254,20 +316,41 @@ class ChatParser:
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 data = orjson.dumps(item)
-                yield Rejected(self.source, f"history[{i}]", "entry is not a JSON object", data, AGENT, self.fmt)
+                yield Rejected(
+                    self.source,
+                    f"history[{i}]",
+                    "entry is not a JSON object",
+                    data,
+                    AGENT,
+                    self.fmt,
+                )
                 continue
             key = f"history:{i}"
             role = as_str(item.get("role")) or "(none)"
             text = _text(item.get("parts"))
             if role == "user" and text.strip():
                 self.last_prompt = None
-                obs = self._obs("PromptSubmitted", key, {"text": text, "prompt_kind": prompt_kind(text)}, None, key)
+                obs = self._obs(
+                    "PromptSubmitted",
+                    key,
+                    {"text": text, "prompt_kind": prompt_kind(text)},
+                    None,
+                    key,
+                )
                 obs.alias_keys = (self.prompts.alias(self.session.external_id, text),)
                 self.last_prompt = key
             elif role in ("gemini", "model"):
-                obs = self._obs("AssistantReplied", key, {"message_id": key, "model": model, "text": text}, None, key)
+                obs = self._obs(
+                    "AssistantReplied",
+                    key,
+                    {"message_id": key, "model": model, "text": text},
+                    None,
+                    key,
+                )
             else:
-                obs = self._obs("RecordObserved", key, {"record_type": f"history:{role}"}, None, key)
+                obs = self._obs(
+                    "RecordObserved", key, {"record_type": f"history:{role}"}, None, key
+                )
             yield from self._with_raw([obs], item)
 
 
@@ -276,7 +359,9 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "\n".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return ""
 
 

@@ -6,18 +6,20 @@ shapes are the documented ones. Common fields: ``session_id`` (the chat file's
 ``sessionId``), ``transcript_path``, ``cwd``, ``hook_event_name``, ``timestamp`` (ISO,
 used as ``occurred_at``; the capture time when absent).
 
-| hook | fact |
-|---|---|
-| SessionStart ``{source\\|trigger}`` | ``Started`` |
-| SessionEnd ``{reason\\|trigger}`` | ``Ended`` |
-| BeforeAgent ``{prompt}`` | ``PromptSubmitted`` (same alias as the chat file's prompt) |
-| AfterAgent ``{prompt_response}`` | ``TurnEnded`` |
-| BeforeTool / AfterTool ``{tool_name, tool_input, tool_response{llmContent, returnDisplay, error?}}`` | ``ToolCallStarted`` / ``ToolCallCompleted``, paired by tool name and input |
-| AfterModel ``{llm_request, llm_response}`` | see below |
-| Notification ``{notification_type, message, details}`` | ``NotificationReceived`` |
-| PreCompress ``{trigger}`` | ``Compacted`` |
-| BeforeModel, BeforeToolSelection | ``RecordObserved`` (raw kept) |
-| anything else | ``UnknownHookEvent`` |
+Hooks -> facts:
+
+* SessionStart ``{source|trigger}`` -> ``Started``; SessionEnd ``{reason|trigger}`` ->
+  ``Ended``;
+* BeforeAgent ``{prompt}`` -> ``PromptSubmitted`` (same alias as the chat file's prompt);
+* AfterAgent ``{prompt_response}`` -> ``TurnEnded``;
+* BeforeTool / AfterTool ``{tool_name, tool_input, tool_response{llmContent,
+  returnDisplay, error?}}`` -> ``ToolCallStarted`` / ``ToolCallCompleted``, paired by
+  tool name and input inside the aggregate (Gemini hooks carry no call id);
+* AfterModel -> see below;
+* Notification ``{notification_type, message, details}`` -> ``NotificationReceived``;
+* PreCompress ``{trigger}`` -> ``Compacted``;
+* BeforeModel, BeforeToolSelection -> ``RecordObserved`` (raw kept);
+* anything else -> ``UnknownHookEvent``.
 
 AfterModel fires once per streamed chunk. A chunk is not a fact: its usage
 (``llm_response.usageMetadata``) becomes one ``UsageRecorded`` per model call, the call
@@ -36,7 +38,15 @@ from typing import Any
 
 from ledger.observation import Observation, SessionRef, json_hash
 from ledger.privacy import strip_private
-from ledger.sources.adapter_kit import HookPayloadError, as_int, as_str, hook_envelope, parse_time, prompt_kind, text_hash
+from ledger.sources.adapter_kit import (
+    HookPayloadError,
+    as_int,
+    as_str,
+    hook_envelope,
+    parse_time,
+    prompt_kind,
+    text_hash,
+)
 from ledger.sources.gemini_chat import AGENT, usage_from_tokens
 
 SOURCE_FORMAT = "gemini.hook"
@@ -58,13 +68,22 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
     at = parse_time(payload.get("timestamp")) or captured_at
 
     def obs(kind: str, data: dict[str, Any], k: str = key) -> Observation:
-        return Observation(ref, kind, k, data, source_format=SOURCE_FORMAT, occurred_at=at, record_key=key)
+        return Observation(
+            ref, kind, k, data, source_format=SOURCE_FORMAT, occurred_at=at, record_key=key
+        )
 
     p = payload
     facts: list[Observation]
     if name == "SessionStart":
-        facts = [obs("Started", {"source": as_str(p.get("source")) or as_str(p.get("trigger")),
-                                 "model": as_str(p.get("model"))})]
+        facts = [
+            obs(
+                "Started",
+                {
+                    "source": as_str(p.get("source")) or as_str(p.get("trigger")),
+                    "model": as_str(p.get("model")),
+                },
+            )
+        ]
     elif name == "SessionEnd":
         facts = [obs("Ended", {"reason": as_str(p.get("reason")) or as_str(p.get("trigger"))})]
     elif name == "BeforeAgent":
@@ -73,15 +92,29 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
         o.extra["hook_prompt_hash"] = text_hash(text)
         facts = [o]
     elif name == "AfterAgent":
-        facts = [obs("TurnEnded", {"reason": "after_agent",
-                                   "last_assistant_message": as_str(p.get("prompt_response"))})]
+        facts = [
+            obs(
+                "TurnEnded",
+                {
+                    "reason": "after_agent",
+                    "last_assistant_message": as_str(p.get("prompt_response")),
+                },
+            )
+        ]
     elif name in ("BeforeTool", "AfterTool"):
         facts = [_tool(name, p, obs)]
     elif name == "AfterModel":
         facts = _after_model(p, obs)
     elif name == "Notification":
-        facts = [obs("NotificationReceived", {"message": as_str(p.get("message")),
-                                              "notification_type": as_str(p.get("notification_type"))})]
+        facts = [
+            obs(
+                "NotificationReceived",
+                {
+                    "message": as_str(p.get("message")),
+                    "notification_type": as_str(p.get("notification_type")),
+                },
+            )
+        ]
     elif name == "PreCompress":
         facts = [obs("Compacted", {"trigger": as_str(p.get("trigger"))})]
     elif name in ("BeforeModel", "BeforeToolSelection"):
@@ -97,13 +130,28 @@ def _tool(name: str, p: dict[str, Any], obs: Any) -> Observation:
     tool_name = as_str(p.get("tool_name")) or "(unknown)"
     tool_input = p.get("tool_input")
     if name == "BeforeTool":
-        o = obs("ToolCallStarted", {"tool_use_id": None, "tool_name": tool_name, "tool_input": tool_input})
+        o = obs(
+            "ToolCallStarted",
+            {"tool_use_id": None, "tool_name": tool_name, "tool_input": tool_input},
+        )
     else:
         response = p.get("tool_response")
         error = response.get("error") if isinstance(response, dict) else None
-        error_text = error if isinstance(error, str) else (as_str(error.get("message")) if isinstance(error, dict) else None)
-        o = obs("ToolCallCompleted", {"tool_use_id": None, "tool_name": tool_name, "output": response,
-                                      "is_error": error is not None, "error": error_text})
+        error_text = (
+            error
+            if isinstance(error, str)
+            else (as_str(error.get("message")) if isinstance(error, dict) else None)
+        )
+        o = obs(
+            "ToolCallCompleted",
+            {
+                "tool_use_id": None,
+                "tool_name": tool_name,
+                "output": response,
+                "is_error": error is not None,
+                "error": error_text,
+            },
+        )
     o.extra["pair"] = (tool_name, json_hash(tool_input))  # the aggregate pairs Before -> After
     return o
 
@@ -113,16 +161,32 @@ def _after_model(p: dict[str, Any], obs: Any) -> list[Observation]:
     call_id = "gemini-model-call:" + json_hash(p.get("llm_request"))
     facts: list[Observation] = []
     candidates = [c for c in response.get("candidates") or [] if isinstance(c, dict)]
-    finish = next((as_str(c.get("finishReason")) for c in candidates if c.get("finishReason")), None)
+    finish = next(
+        (as_str(c.get("finishReason")) for c in candidates if c.get("finishReason")), None
+    )
     model = as_str(response.get("modelVersion")) or as_str(p.get("model"))
     if finish is not None:
-        facts.append(obs("AssistantReplied", {"message_id": call_id, "model": model, "text": _chunk_text(response),
-                                              "stop_reason": finish.lower()}))
+        facts.append(
+            obs(
+                "AssistantReplied",
+                {
+                    "message_id": call_id,
+                    "model": model,
+                    "text": _chunk_text(response),
+                    "stop_reason": finish.lower(),
+                },
+            )
+        )
     meta = response.get("usageMetadata")
     if isinstance(meta, dict) and any(as_int(v) for v in meta.values()):
         usage = usage_from_tokens(_tokens(meta))
-        facts.append(obs("UsageRecorded", {"message_id": call_id, "model": model, **usage},
-                         f"usage:{call_id}:{json_hash(usage)}"))
+        facts.append(
+            obs(
+                "UsageRecorded",
+                {"message_id": call_id, "model": model, **usage},
+                f"usage:{call_id}:{json_hash(usage)}",
+            )
+        )
     if not facts:
         facts.append(obs("RecordObserved", {"record_type": "hook:AfterModel"}))
     return facts

@@ -30,13 +30,22 @@ import orjson
 
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
-from ledger.sources.adapter_kit import LineKeys, PromptCounter, as_int, as_str, parse_time, prompt_kind
+from ledger.sources.adapter_kit import (
+    LineKeys,
+    PromptCounter,
+    as_int,
+    as_str,
+    parse_time,
+    prompt_kind,
+)
 
 AGENT = "openclaw"
 SOURCE_FORMAT = "openclaw.transcript"
 
 
-def parse_records(lines: Iterable[bytes], source: str, fallback_id: str) -> Iterator[Observation | Rejected]:
+def parse_records(
+    lines: Iterable[bytes], source: str, fallback_id: str
+) -> Iterator[Observation | Rejected]:
     """Parse session lines; ``fallback_id`` (file name stem) names a file without header."""
     ref = SessionRef(AGENT, fallback_id)
     keys = LineKeys()
@@ -50,7 +59,9 @@ def parse_records(lines: Iterable[bytes], source: str, fallback_id: str) -> Iter
         try:
             rec = orjson.loads(line)
         except orjson.JSONDecodeError as e:
-            yield Rejected(source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT)
+            yield Rejected(
+                source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT
+            )
             continue
         if not isinstance(rec, dict):
             reason = f"record is a JSON {type(rec).__name__}, not an object"
@@ -70,11 +81,20 @@ def parse_records(lines: Iterable[bytes], source: str, fallback_id: str) -> Iter
         else:
             key = keys.key(line)
         common: dict[str, Any] = {
-            "source_format": SOURCE_FORMAT, "source_version": version, "record_key": key,
-            "occurred_at": parse_time(rec.get("timestamp")), "after_prompt": last_prompt,
+            "source_format": SOURCE_FORMAT,
+            "source_version": version,
+            "record_key": key,
+            "occurred_at": parse_time(rec.get("timestamp")),
+            "after_prompt": last_prompt,
         }
 
-        def obs(kind: str, data: dict[str, Any], k: str = key, common: dict[str, Any] = common) -> Observation:
+        def obs(
+            kind: str,
+            data: dict[str, Any],
+            k: str = key,
+            common: dict[str, Any] = common,
+            ref: SessionRef = ref,
+        ) -> Observation:
             return Observation(ref, kind, k, data, **common)
 
         facts: list[Observation] = []
@@ -97,15 +117,31 @@ def parse_records(lines: Iterable[bytes], source: str, fallback_id: str) -> Iter
                 tid = as_str(message.get("toolCallId")) or key
                 is_error = message.get("isError") is True
                 content = message.get("content")
-                facts.append(obs("ToolCallCompleted", {
-                    "tool_use_id": tid, "tool_name": as_str(message.get("toolName")), "output": content,
-                    "is_error": is_error, "error": _text(content) if is_error else None,
-                }, f"tool:{tid}:end"))
+                facts.append(
+                    obs(
+                        "ToolCallCompleted",
+                        {
+                            "tool_use_id": tid,
+                            "tool_name": as_str(message.get("toolName")),
+                            "output": content,
+                            "is_error": is_error,
+                            "error": _text(content) if is_error else None,
+                        },
+                        f"tool:{tid}:end",
+                    )
+                )
             if not facts:
                 facts.append(obs("RecordObserved", {"record_type": f"message:{role}"}))
         elif rtype == "compaction":
-            facts.append(obs("Compacted", {"summary": as_str(rec.get("summary")),
-                                           "pre_tokens": as_int(rec.get("tokensBefore"))}))
+            facts.append(
+                obs(
+                    "Compacted",
+                    {
+                        "summary": as_str(rec.get("summary")),
+                        "pre_tokens": as_int(rec.get("tokensBefore")),
+                    },
+                )
+            )
         else:
             facts.append(obs("RecordObserved", {"record_type": rtype}))
         facts[0].raw = rec
@@ -117,23 +153,44 @@ def _assistant(message: dict[str, Any], key: str, obs: Any) -> list[Observation]
     content = message.get("content")
     blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
     model = as_str(message.get("model"))
-    facts = [obs("AssistantReplied", {
-        "message_id": key, "model": model, "text": _text(content),
-        "stop_reason": as_str(message.get("stopReason")),
-        "has_thinking": any(b.get("type") == "thinking" for b in blocks),
-    })]
+    facts = [
+        obs(
+            "AssistantReplied",
+            {
+                "message_id": key,
+                "model": model,
+                "text": _text(content),
+                "stop_reason": as_str(message.get("stopReason")),
+                "has_thinking": any(b.get("type") == "thinking" for b in blocks),
+            },
+        )
+    ]
     for i, b in enumerate(blocks):
         if b.get("type") != "toolCall":
             continue
         tid = as_str(b.get("id")) or f"{key}#{i}"
-        facts.append(obs("ToolCallStarted", {"tool_use_id": tid, "tool_name": as_str(b.get("name")) or "(unknown)",
-                                             "tool_input": b.get("arguments"), "message_id": key},
-                         f"tool:{tid}:start"))
+        facts.append(
+            obs(
+                "ToolCallStarted",
+                {
+                    "tool_use_id": tid,
+                    "tool_name": as_str(b.get("name")) or "(unknown)",
+                    "tool_input": b.get("arguments"),
+                    "message_id": key,
+                },
+                f"tool:{tid}:start",
+            )
+        )
     usage = message.get("usage")
     if isinstance(usage, dict):
         tokens = usage_from_openclaw(usage)
-        facts.append(obs("UsageRecorded", {"message_id": key, "model": model, **tokens},
-                         f"usage:{key}:{json_hash(tokens)}"))
+        facts.append(
+            obs(
+                "UsageRecorded",
+                {"message_id": key, "model": model, **tokens},
+                f"usage:{key}:{json_hash(tokens)}",
+            )
+        )
     return facts
 
 
@@ -155,6 +212,9 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(b["text"] for b in content
-                         if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+        return "\n".join(
+            b["text"]
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        )
     return ""
