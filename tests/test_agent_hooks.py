@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import orjson
-from conftest import FIXTURES, Server
+from conftest import FIXTURES, Server, cli
 
 from api.bootstrap import Services, build
 from ledger.config import Settings
@@ -370,3 +370,36 @@ def test_openclaw_hooks_and_transcript(settings: Settings) -> None:
         assert detail["prompt_count"] == 1
     finally:
         services.close()
+
+
+# -- the CLI: hook client and import ---------------------------------------------------------
+
+
+def test_cli_hook_and_import_for_every_new_agent(settings: Settings) -> None:
+    """``hookledger hook cursor`` through a real server, then ``hookledger import`` of the
+    Gemini, Cursor and OpenClaw fixture files: one session list holds all three agents."""
+    srv = Server(settings).start()
+    try:
+        for p in _cursor_payloads()[:3]:
+            out = cli(
+                settings,
+                "hook",
+                "cursor",
+                stdin=orjson.dumps(p),
+                check=False,
+                extra_env={"HOOKLEDGER_URL": srv.url},
+            )
+            assert out.returncode == 0 and json.loads(out.stdout) == {}
+    finally:
+        srv.stop()
+    drift = FIXTURES / "agent-sessions-schema-drift"
+    files = sorted(
+        p for p in drift.iterdir() if p.name.startswith(("gemini_", "cursor_", "openclaw_"))
+    )
+    summary = json.loads(cli(settings, "import", "--json", *map(str, files)).stdout)
+    assert summary["files"] == len(files) and summary["files_skipped"] == []
+    rows = json.loads(cli(settings, "sessions", "--json").stdout)
+    agents = {r["external_id"]: r["agent"] for r in rows}
+    assert agents["c0ffee-1"] == "cursor"
+    assert {"gemini", "cursor", "openclaw"} == set(agents.values())
+    assert sum(1 for a in agents.values() if a == "openclaw") == 3
