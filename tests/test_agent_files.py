@@ -265,21 +265,24 @@ def test_gemini_chat_rewritten_in_place(services: Services, tmp_path: Path, cut:
 
 
 def test_gemini_message_growing_in_place(services: Services, tmp_path: Path) -> None:
-    """A message first written with its tool call still running, then rewritten with the
-    result and final token counts: the call completes, usage is replaced (not added)."""
-    src = GEMINI / "session-2025-10-29T10-36-453aa339.json"
+    """A message first written with half its streamed text, its tool call still running
+    and early token counts, then rewritten complete: the call completes, usage is
+    replaced (not added), and the reply shows the full text."""
+    src = GEMINI / "session-2025-10-27T19-55-981c87cb.json"
     doc = json.loads(src.read_text())
+    n = next(
+        i
+        for i, m in enumerate(doc["messages"])
+        if m["type"] == "gemini" and m["content"] and m.get("toolCalls")
+    )
     early = json.loads(src.read_text())
-    msg = early["messages"][1]
-    call = msg["toolCalls"][0]
-    call["status"], call["result"] = "executing", None
-    msg["tokens"] = {
-        **msg["tokens"],
-        "output": 1,
-        "thoughts": 0,
-        "total": msg["tokens"]["input"] + 1,
-    }
-    early["messages"] = early["messages"][:2]
+    msg = early["messages"][n]
+    full_text = doc["messages"][n]["content"]
+    msg["content"] = full_text[: len(full_text) // 2]  # streamed text still arriving
+    for call in msg["toolCalls"]:
+        call["status"], call["result"] = "executing", None
+    msg["tokens"] = {**msg["tokens"], "output": 1, "thoughts": 0}
+    early["messages"] = early["messages"][: n + 1]
     live = tmp_path / src.name
     live.write_text(json.dumps(early))
     import_paths(services.ledger, [live])
@@ -290,6 +293,14 @@ def test_gemini_message_growing_in_place(services: Services, tmp_path: Path) -> 
     assert all(c["status"] != "started" for c in got["detail"]["tool_calls"])
     for t in TOKENS:
         assert got[t] == _gemini_tokens(doc["messages"])[t], t
+    replies = [
+        e
+        for e in _events(services, "gemini", doc["sessionId"])
+        if type(e).__name__ == "AssistantReplied" and e.message_id == msg["id"]
+    ]
+    assert [e.text for e in replies] == [msg["content"], full_text]
+    last_reply = [m for m in doc["messages"] if m["type"] == "gemini"][-1]["content"]
+    assert got["detail"]["batches"][-1]["last_assistant_message"] == last_reply
 
 
 def test_cursor_reimport_of_grown_transcript(services: Services, tmp_path: Path) -> None:
@@ -306,3 +317,47 @@ def test_cursor_reimport_of_grown_transcript(services: Services, tmp_path: Path)
     user_lines = [json.loads(x) for x in lines + lines[2:3] if '"role":"user"' in x]
     assert got["prompt_count"] == len(user_lines) == 3
     assert got["tool_call_count"] == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["openclaw_session_small.jsonl", "cursor_transcript_small.jsonl", "gemini_jsonl_v040.jsonl"],
+)
+def test_bad_lines_are_rejected_and_the_rest_imports(
+    services: Services, tmp_path: Path, name: str
+) -> None:
+    """A truncated line, a JSON value that is not an object and invalid UTF-8 are each
+    kept as rejected input with a reason; every good line still imports."""
+    src = DRIFT / name
+    lines = src.read_bytes().splitlines(keepends=True)
+    bad = [
+        lines[1][: len(lines[1]) // 2] + b"\n",
+        b"[1, 2]\n",
+        b'{"role": "user", "x": "\xff\xfe"}\n',
+    ]
+    broken = tmp_path / name
+    broken.write_bytes(b"".join(lines[:2] + bad + lines[2:]))
+    agent, sid, want = expected(src)
+    summary = import_paths(services.ledger, [broken])
+    assert summary.result.rejected == len(bad)
+    services.runner.catch_up()
+    assert queries.stats(services.models)["rejected"] == len(bad)
+    got = _session(services, agent, sid if agent != "cursor" else broken.stem)
+    assert got["prompt_count"] == len(want["prompts"])
+    assert got["tool_call_count"] == want["tool_calls"]
+
+
+def test_truncated_gemini_chat_file_is_rejected_then_imports(
+    services: Services, tmp_path: Path
+) -> None:
+    """Caught mid-rewrite, the chat file is not JSON: kept as rejected, nothing else
+    recorded; the next import of the complete file records the session."""
+    src = GEMINI / "session-2025-10-29T10-36-453aa339.json"
+    live = tmp_path / src.name
+    live.write_bytes(src.read_bytes()[:4000])
+    first = import_paths(services.ledger, [live])
+    assert first.result.rejected == 1 and first.result.sessions == []  # no session fact
+    live.write_bytes(src.read_bytes())
+    import_paths(services.ledger, [live])
+    agent, sid, want = expected(src)
+    assert _session(services, agent, sid)["prompt_count"] == len(want["prompts"])

@@ -12,7 +12,11 @@ Shapes accepted:
   ``{sessionId, projectHash, startTime, lastUpdated, messages[]}`` that the CLI
   rewrites in place as the session grows. Every fact is keyed by the message ``id``
   (tool calls by their own ``id``), so importing a grown copy appends only the new
-  messages, tool results and changed token counts.
+  messages, tool results, changed token counts and replies whose text grew (the
+  CLI appends streamed text to the last message: each distinct text of a message is
+  one ``AssistantReplied`` keyed ``msg:{id}:{text hash}``; read models show the last).
+  The raw message travels with the first fact of each import; a fact added by a later
+  import of the same message (a finished tool call) carries its data, not the raw.
 * v0.40+ JSONL: a header line ``{sessionId, projectHash, startTime, ...}``, one line
   per message (a message may be written again with the same ``id`` as it grows), and
   ``{"$set": {...}}`` patch lines for the header (kept as ``RecordObserved``).
@@ -245,14 +249,17 @@ class ChatParser:
         model = as_str(msg.get("model"))
         calls = [c for c in msg.get("toolCalls") or [] if isinstance(c, dict)]
         thoughts = msg.get("thoughts")
+        text = _text(msg.get("content"))
+        # The CLI appends streamed text to the message in place: a longer text is a new
+        # reply fact for the same message_id (read models show the last one).
         facts = [
             self._obs(
                 "AssistantReplied",
-                key,
+                f"{key}:{json_hash(text)}",
                 {
                     "message_id": mid,
                     "model": model,
-                    "text": _text(msg.get("content")),
+                    "text": text,
                     "has_thinking": bool(thoughts) if isinstance(thoughts, list) else False,
                 },
                 at,
