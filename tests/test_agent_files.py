@@ -361,3 +361,43 @@ def test_truncated_gemini_chat_file_is_rejected_then_imports(
     import_paths(services.ledger, [live])
     agent, sid, want = expected(src)
     assert _session(services, agent, sid)["prompt_count"] == len(want["prompts"])
+
+
+def test_openclaw_usage_and_own_cost(services: Services, tmp_path: Path) -> None:
+    """The fixtures carry no ``usage``; this adds one assistant line BUILT BY HAND from
+    OpenClaw's documented ``message.usage`` shape (input, output, cacheRead, cacheWrite,
+    totalTokens, cost.total in USD) to a real session file."""
+    src = DRIFT / "openclaw_session_small.jsonl"
+    usage = {
+        "input": 210,
+        "output": 45,
+        "cacheRead": 3000,
+        "cacheWrite": 120,
+        "totalTokens": 3375,
+        "cost": {"input": 0.00063, "output": 0.000675, "cacheRead": 0.0009, "total": 0.0022},
+    }
+    line = {
+        "type": "message",
+        "id": "m4",
+        "parentId": "m3",
+        "timestamp": "2026-02-24T09:00:05Z",
+        "message": {
+            "role": "assistant",
+            "model": "openclaw-small",
+            "usage": usage,
+            "content": [{"type": "text", "text": "Two entries."}],
+        },
+    }
+    live = tmp_path / src.name
+    live.write_text(src.read_text() + json.dumps(line) + "\n")
+    import_paths(services.ledger, [live])
+    got = _session(services, "openclaw", "openclaw-stage0-small")
+    tokens = [got[t] for t in TOKENS]
+    assert tokens == [210, 45, 120, 3000]
+    assert sum(tokens) == usage["totalTokens"]
+    costs = [
+        e.cost_usd
+        for e in _events(services, "openclaw", "openclaw-stage0-small")
+        if type(e).__name__ == "CostReported"
+    ]
+    assert costs == [usage["cost"]["total"]]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -282,6 +283,31 @@ def test_cursor_hooks(services: Services) -> None:
         derived = e.model_dump(exclude={"raw"})
         assert EMAIL not in orjson.dumps(derived, default=str).decode()
     assert any(isinstance(e.raw, dict) and e.raw.get("user_email") == EMAIL for e in events)
+
+
+def test_cursor_hook_prompt_and_transcript_prompt_are_one_fact(
+    services: Services, tmp_path: Path
+) -> None:
+    """Cursor's transcript wraps the typed prompt in ``<user_query>`` (as real Cursor
+    transcripts do); the hook's ``beforeSubmitPrompt.prompt`` is the bare text. The
+    transcript lines here are BUILT BY HAND in the documented line shape."""
+    hook = {**_cursor_payloads()[1]}
+    out = ingest_hook(services.ledger, "cursor", orjson.dumps(hook), "p-1", datetime.now(UTC))
+    assert out.error is None
+    lines = [
+        {
+            "role": "user",
+            "message": {
+                "content": [{"type": "text", "text": "<user_query>\nRun the tests\n</user_query>"}]
+            },
+        },
+        {"role": "assistant", "message": {"content": [{"type": "text", "text": "Running."}]}},
+    ]
+    path = tmp_path / f"{hook['conversation_id']}.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    import_paths(services.ledger, [path])
+    detail = _row(services, hook["conversation_id"])
+    assert [b["prompt"] for b in detail["batches"]] == ["Run the tests"]
 
 
 # -- OpenClaw -----------------------------------------------------------------------------

@@ -14,14 +14,14 @@ per message, ``{role, message{content[]}}``, with no uuid and no timestamp. Henc
   ``{line key}#{block index}``; a ``tool_result`` (drift: ``tool-result``) names its
   call by ``tool_use_id`` when present, else it closes the oldest open call of the
   same tool name in the file;
-* ``user`` text blocks are a prompt (``<user_query>`` wrappers removed); ``assistant``
+* ``user`` text blocks are a prompt (the text inside ``<user_query>`` when present, so
+  it equals the hook's ``beforeSubmitPrompt.prompt``); ``assistant``
   text blocks a reply; a line without ``role`` is kept as ``RecordObserved`` (except
   ``{"type": "turn_ended"}``, a ``TurnEnded``). Cursor transcripts carry no token usage.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -35,7 +35,6 @@ AGENT = "cursor"
 SOURCE_FORMAT = "cursor.transcript"
 _CALLS = ("tool_use", "tool_call")
 _RESULTS = ("tool_result", "tool-result")
-_USER_QUERY = re.compile(r"\A\s*<user_query>\s*(.*?)\s*</user_query>\s*\Z", re.DOTALL)
 
 
 def parse_records(
@@ -143,8 +142,11 @@ def parse_records(
 
 
 def _unwrap(text: str) -> str:
-    m = _USER_QUERY.match(text)
-    return m.group(1) if m else text
+    """The typed query of a user message: Cursor wraps it in ``<user_query>`` (beside
+    context blocks such as attached files); text without the wrapper is kept whole."""
+    start = text.find("<user_query>")
+    end = text.find("</user_query>", start + 1) if start >= 0 else -1
+    return text[start + len("<user_query>") : end].strip() if end >= 0 else text
 
 
 def _result(

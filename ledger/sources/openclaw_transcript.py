@@ -11,7 +11,9 @@ agent-sessions, sanitised from real OpenClaw sessions). Every line is
   ``AssistantReplied`` plus ``ToolCallStarted`` per ``toolCall{id, name, arguments}``
   block and ``UsageRecorded`` from ``message.usage{input, output, cacheRead,
   cacheWrite}`` when present (OpenClaw's ``input`` already excludes cache reads, so
-  the fields map one to one); ``toolResult{toolCallId, toolName, content, isError}`` ->
+  the fields map one to one) and ``CostReported`` (scope ``message``) from
+  ``usage.cost.total`` when it is above 0 (OpenClaw's own USD estimate, often 0);
+  ``toolResult{toolCallId, toolName, content, isError}`` ->
   ``ToolCallCompleted``; any other role is kept as ``RecordObserved``;
 * ``compaction{summary, tokensBefore}`` -> ``Compacted``;
 * anything else (``model_change``, ``thinking_level_change``, ``custom``,
@@ -191,6 +193,12 @@ def _assistant(message: dict[str, Any], key: str, obs: Any) -> list[Observation]
                 f"usage:{key}:{json_hash(tokens)}",
             )
         )
+        cost = usage.get("cost")
+        total = cost.get("total") if isinstance(cost, dict) else None
+        if isinstance(total, int | float) and not isinstance(total, bool) and total > 0:
+            facts.append(
+                obs("CostReported", {"cost_usd": float(total), "scope": "message"}, f"cost:{key}")
+            )
     return facts
 
 
