@@ -17,7 +17,7 @@ import orjson
 from ledger.app import Ledger, RecordResult
 from ledger.gcpause import gc_paused
 from ledger.observation import Observation, Rejected
-from ledger.sources import claude_transcript
+from ledger.sources import agent_files, claude_transcript
 
 SUFFIXES = (".jsonl", ".json")
 RECORD_BATCH = 20_000
@@ -61,6 +61,8 @@ def detect(path: Path, head: bytes) -> str | None:
     """Format of a file from its name and first bytes; None when not an agent file."""
     if path.name.endswith(".meta.json"):
         return None
+    if (other := agent_files.detect(path, head)) is not None:  # Gemini CLI, Cursor, OpenClaw
+        return other
     if path.suffix == ".jsonl":
         lines = head.split(b"\n")
         return "claude-code.transcript" if _looks_like_claude(_objects(lines[:-1] or lines)) else None
@@ -101,7 +103,9 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
     data = path.read_bytes()
     fmt = detect(path, data[: 1 << 20])
     source = str(path)
-    if fmt == "claude-code.transcript":
+    if fmt in agent_files.FORMATS:
+        yield from agent_files.parse(fmt, path, data)
+    elif fmt == "claude-code.transcript":
         meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
         agent_type = _meta_agent_type(meta) if path.name.startswith("agent-") else None
         yield from claude_transcript.parse_records(data.split(b"\n"), source, agent_type)

@@ -13,9 +13,14 @@ import orjson
 
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Rejected
-from ledger.sources import claude_hooks
+from ledger.sources import claude_hooks, cursor_hooks, gemini_hooks, openclaw_hooks
 
-HOOK_PARSERS = {"claude-code": claude_hooks}
+HOOK_PARSERS = {
+    "claude-code": claude_hooks,
+    "gemini": gemini_hooks,
+    "cursor": cursor_hooks,
+    "openclaw": openclaw_hooks,
+}
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 

@@ -192,6 +192,19 @@ class Session(BaseAggregate[UUID]):
         scope: str = "run"
         by_model: Any = None
 
+    # -- agents: Gemini CLI, Cursor, OpenClaw (OpenClaw seed design: session_suspend/resume) --
+
+    class Suspended(Event):
+        """The agent suspended the session (OpenClaw ``session_suspend``, fork
+        akoscz/openclaw ``feature/session-hooks``): the session is PAUSED until resumed."""
+
+        reason: str | None = None
+
+    class Resumed(Event):
+        """The agent resumed a suspended session (OpenClaw ``session_resume``): ACTIVE."""
+
+        reason: str | None = None
+
     EVENT_CLASSES: ClassVar[dict[str, type[Session.Event]]] = {}
 
     def __init__(
@@ -427,6 +440,10 @@ def _next_status(current: SessionStatus, obs: Observation) -> SessionStatus:
         return S.PROCESSING
     if kind == "TurnEnded":
         return S.WAITING
+    if kind == "Suspended" and current not in ENDED_STATES:
+        return S.PAUSED
+    if kind == "Resumed" and current is S.PAUSED:
+        return S.ACTIVE
     if current in ENDED_STATES:
         # Reopened just moved an ended session to ACTIVE; anything else stays.
         return current

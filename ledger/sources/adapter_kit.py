@@ -1,0 +1,100 @@
+"""Small helpers shared by the Gemini CLI, Cursor and OpenClaw source modules.
+
+* :class:`LineKeys` gives records without ids a stable idempotency key: the sha256 of
+  the record's bytes plus its occurrence number among identical records of the file,
+  so re-importing a file (or a grown copy of it) yields the same keys.
+* :func:`hook_envelope` validates the session id and event name of a hook payload and
+  raises :class:`HookPayloadError` (the error ``ledger.ingest`` turns into a rejected
+  input) when the payload cannot be attributed.
+* :func:`prompt_kind` tells a slash command from a typed prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from ledger.sources.claude_common import parse_time, text_hash
+from ledger.sources.claude_hooks import HookPayloadError
+
+__all__ = [
+    "HookPayloadError",
+    "LineKeys",
+    "PromptCounter",
+    "as_int",
+    "as_str",
+    "hook_envelope",
+    "parse_time",
+    "prompt_kind",
+    "text_hash",
+]
+
+_COMMAND = re.compile(r"/[A-Za-z][A-Za-z0-9_:.\-]{0,127}(\s|$)")
+
+
+class LineKeys:
+    """``line:{sha256[:32]}:{n}`` for the n-th (1-based) occurrence of identical bytes."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def key(self, data: bytes) -> str:
+        digest = hashlib.sha256(data.strip()).hexdigest()[:32]
+        n = self.counts.get(digest, 0) + 1
+        self.counts[digest] = n
+        return f"line:{digest}:{n}"
+
+
+class PromptCounter:
+    """Alias keys ``prompt:{text hash}:{n}`` shared with hook prompts of the same session
+    (the aggregate counts hook prompts the same way), so a prompt seen by a hook and by
+    a transcript import is one fact."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def alias(self, session: str, text: str) -> str:
+        h = text_hash(text)
+        n = self.counts.get((session, h), 0) + 1
+        self.counts[(session, h)] = n
+        return f"prompt:{h}:{n}"
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def prompt_kind(text: str) -> str:
+    """``command`` for ``/name args`` input, else ``human``."""
+    return "command" if _COMMAND.match(text.strip()) else "human"
+
+
+def hook_envelope(payload: Any, id_fields: tuple[str, ...], name_field: str) -> tuple[str, str]:
+    """``(session id, event name)`` of a hook payload.
+
+    Raises:
+        HookPayloadError: not a JSON object, or no non-empty string in any of
+            ``id_fields`` / in ``name_field``.
+    """
+    if not isinstance(payload, dict):
+        raise HookPayloadError(f"hook payload is a JSON {type(payload).__name__}, not an object")
+    sid = next(
+        (payload[f] for f in id_fields if isinstance(payload.get(f), str) and payload[f]), None
+    )
+    if sid is None:
+        raise HookPayloadError(f"hook payload has no {' or '.join(id_fields)}")
+    name = payload.get(name_field)
+    if not isinstance(name, str) or not name:
+        raise HookPayloadError(f"hook payload has no {name_field}")
+    return sid, name

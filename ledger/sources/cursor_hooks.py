@@ -1,0 +1,236 @@
+"""Cursor hook payloads (stdin JSON, one object per hook call) -> observations.
+
+Format source: ``shared/research/FORMATS.md`` A8 and C1/C18/C19 (cursor.com/docs/agent/
+hooks; ``entireio/cli`` ``cmd/entire/cli/agent/cursor/AGENT.md`` @126f2ac). No licensed
+real payload captures exist; the shapes are the documented ones.
+
+Common fields: ``conversation_id`` (the session; ``session_id`` when absent),
+``generation_id``, ``model``, ``hook_event_name`` (camelCase), ``cursor_version``,
+``workspace_roots[]`` (the first root is the session's project: Cursor sends no
+``cwd``), ``transcript_path`` (null in CLI mode), ``user_email``.
+
+Privacy: ``user_email`` is never copied into a derived fact; the raw payload is kept
+as received (after ``<private>`` stripping) like every other source's raw record.
+
+Hooks -> facts:
+
+* sessionStart / sessionEnd -> ``Started`` / ``Ended`` (``reason``, else ``final_status``);
+* beforeSubmitPrompt ``{prompt}`` -> ``PromptSubmitted`` (alias shared with the transcript);
+* stop ``{status}`` -> ``TurnEnded`` (reason = status);
+* preToolUse / postToolUse / postToolUseFailure ``{tool_name, tool_input, tool_use_id,
+  tool_output (JSON string), duration (ms)}`` -> ``ToolCallStarted`` /
+  ``ToolCallCompleted`` keyed ``tool:{tool_use_id}:start|end`` (the id may hold a
+  newline between its two parts: kept verbatim);
+* subagentStart / subagentStop ``{subagent_id, subagent_type, task}`` -> child session
+  ``{conversation_id}/subagent-{subagent_id}``: ``SubagentLinked`` + child ``Started``
+  (+ the task as its prompt) / ``SubagentStopped`` + child ``Ended``;
+* afterAgentResponse ``{text}`` -> ``AssistantReplied``; preCompact -> ``Compacted``;
+* before/afterShellExecution, before/afterMCPExecution, beforeReadFile, afterFileEdit,
+  afterAgentThought, the Tab hooks -> ``RecordObserved`` (raw kept; they fire beside
+  preToolUse/postToolUse for the same call, so they are not counted as calls twice);
+* anything else -> ``UnknownHookEvent``.
+
+Keys: ``hook:{capture_key}`` except tool calls (above).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from ledger.observation import Observation, SessionRef
+from ledger.privacy import strip_private
+from ledger.sources.adapter_kit import (
+    HookPayloadError,
+    as_int,
+    as_str,
+    hook_envelope,
+    prompt_kind,
+    text_hash,
+)
+
+AGENT = "cursor"
+SOURCE_FORMAT = "cursor.hook"
+_OBSERVED = frozenset(
+    {
+        "beforeShellExecution",
+        "afterShellExecution",
+        "beforeMCPExecution",
+        "afterMCPExecution",
+        "beforeReadFile",
+        "afterFileEdit",
+        "afterAgentThought",
+        "beforeTabFileRead",
+        "afterTabFileEdit",
+    }
+)
+
+__all__ = ["SOURCE_FORMAT", "HookPayloadError", "parse_hook"]
+
+
+def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
+    """Turn one Cursor hook payload into observations (``occurred_at`` = capture time).
+
+    Raises:
+        HookPayloadError: not a JSON object, or no ``conversation_id``/``session_id``,
+            or no ``hook_event_name``.
+    """
+    sid, name = hook_envelope(payload, ("conversation_id", "session_id"), "hook_event_name")
+    payload, redactions = strip_private(payload)
+    roots = payload.get("workspace_roots")
+    project = roots[0] if isinstance(roots, list) and roots and isinstance(roots[0], str) else None
+    ref = SessionRef(AGENT, sid, cwd=project)
+    key = f"hook:{capture_key}"
+
+    def obs(
+        kind: str, data: dict[str, Any], k: str = key, session: SessionRef = ref
+    ) -> Observation:
+        return Observation(
+            session,
+            kind,
+            k,
+            data,
+            source_format=SOURCE_FORMAT,
+            occurred_at=captured_at,
+            record_key=key,
+            source_version=as_str(payload.get("cursor_version")),
+        )
+
+    p = payload
+    facts: list[Observation]
+    if name == "sessionStart":
+        source = "background_agent" if p.get("is_background_agent") is True else "startup"
+        facts = [obs("Started", {"source": source, "model": as_str(p.get("model"))})]
+    elif name == "sessionEnd":
+        facts = [obs("Ended", {"reason": as_str(p.get("reason")) or as_str(p.get("final_status"))})]
+    elif name == "beforeSubmitPrompt":
+        text = as_str(p.get("prompt")) or ""
+        o = obs("PromptSubmitted", {"text": text, "prompt_kind": prompt_kind(text)})
+        o.extra["hook_prompt_hash"] = text_hash(text)
+        facts = [o]
+    elif name == "stop":
+        facts = [obs("TurnEnded", {"reason": as_str(p.get("status")) or "stop"})]
+    elif name in ("preToolUse", "postToolUse", "postToolUseFailure"):
+        facts = [_tool(name, p, obs, key)]
+    elif name in ("subagentStart", "subagentStop"):
+        facts = _subagent(name, p, ref, obs)
+    elif name == "afterAgentResponse":
+        facts = [
+            obs(
+                "AssistantReplied",
+                {
+                    "message_id": as_str(p.get("generation_id")),
+                    "model": as_str(p.get("model")),
+                    "text": as_str(p.get("text")) or "",
+                },
+            )
+        ]
+    elif name == "preCompact":
+        facts = [
+            obs(
+                "Compacted",
+                {
+                    "trigger": as_str(p.get("trigger")),
+                    "pre_tokens": as_int(p.get("context_tokens")),
+                },
+            )
+        ]
+    elif name in _OBSERVED:
+        facts = [obs("RecordObserved", {"record_type": f"hook:{name}"})]
+    else:
+        facts = [obs("UnknownHookEvent", {"hook_event_name": name})]
+    facts[0].raw = payload
+    facts[0].redactions = tuple(redactions)
+    return facts
+
+
+def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
+    tool_name = as_str(p.get("tool_name")) or "(unknown)"
+    tool_id = as_str(p.get("tool_use_id"))
+    phase = "start" if name == "preToolUse" else "end"
+    k = f"tool:{tool_id}:{phase}" if tool_id else key
+    if name == "preToolUse":
+        return obs(
+            "ToolCallStarted",
+            {
+                "tool_use_id": tool_id or key,
+                "tool_name": tool_name,
+                "tool_input": p.get("tool_input"),
+            },
+            k,
+        )
+    failed = name == "postToolUseFailure"
+    error = p.get("error_message") if "error_message" in p else p.get("error")
+    return obs(
+        "ToolCallCompleted",
+        {
+            "tool_use_id": tool_id or key,
+            "tool_name": tool_name,
+            "output": _json_or_text(p.get("tool_output")),
+            "is_error": failed,
+            "error": (as_str(error) or "failed") if failed else None,
+            "duration_ms": as_int(p.get("duration")) or as_int(p.get("duration_ms")),
+            "interrupted": p.get("is_interrupt") is True,
+        },
+        k,
+    )
+
+
+def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> list[Observation]:
+    agent_id = as_str(p.get("subagent_id"))
+    if not agent_id:
+        return [obs("RecordObserved", {"record_type": f"hook:{name}"})]
+    agent_type = as_str(p.get("subagent_type"))
+    child = SessionRef(
+        AGENT,
+        f"{parent.external_id}/subagent-{agent_id}",
+        parent.external_id,
+        agent_type,
+        parent.cwd,
+    )
+    if name == "subagentStart":
+        link = obs(
+            "SubagentLinked",
+            {
+                "child_id": child.id,
+                "child_external_id": child.external_id,
+                "agent_id": agent_id,
+                "agent_type": agent_type,
+            },
+            f"subagent:{agent_id}",
+        )
+        started = obs("Started", {"source": "subagent"}, f"subagent:{agent_id}:start", child)
+        task = as_str(p.get("task"))
+        facts = [link, started]
+        if task:
+            facts.append(
+                obs(
+                    "PromptSubmitted",
+                    {"text": task, "prompt_kind": "task"},
+                    f"subagent:{agent_id}:task",
+                    child,
+                )
+            )
+        return facts
+    stopped = obs(
+        "SubagentStopped", {"child_id": child.id, "agent_id": agent_id, "agent_type": agent_type}
+    )
+    ended = obs(
+        "Ended",
+        {"reason": as_str(p.get("status")) or "subagent_stop"},
+        f"subagent:{agent_id}:end",
+        child,
+    )
+    return [stopped, ended]
+
+
+def _json_or_text(value: Any) -> Any:
+    """``tool_output`` is a JSON string: decode it when it is JSON, else keep the text."""
+    if isinstance(value, str):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
