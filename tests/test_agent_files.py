@@ -18,6 +18,7 @@ import pytest
 from conftest import FIXTURES
 
 from api.bootstrap import Services
+from ledger.envelope import raw_record
 from ledger.importer import detect, import_paths
 from ledger.observation import SessionRef
 from projections import queries
@@ -218,7 +219,7 @@ def test_unknown_record_kept(services: Services) -> None:
     kept = [
         e for e in events if type(e).__name__ == "RecordObserved" and e.record_type == "compact"
     ]
-    assert len(kept) == 1 and kept[0].raw == unknown
+    assert len(kept) == 1 and raw_record(kept[0]) == unknown
 
 
 def _prefix_doc(doc: dict[str, Any], n: int) -> dict[str, Any]:

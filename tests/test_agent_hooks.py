@@ -19,10 +19,12 @@ from typing import Any
 
 import httpx
 import orjson
+
 from conftest import FIXTURES, Server, cli
 
 from api.bootstrap import Services, build
 from ledger.config import Settings
+from ledger.envelope import raw_record
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
@@ -282,7 +284,8 @@ def test_cursor_hooks(services: Services) -> None:
     for e in events:
         derived = e.model_dump(exclude={"raw"})
         assert EMAIL not in orjson.dumps(derived, default=str).decode()
-    assert any(isinstance(e.raw, dict) and e.raw.get("user_email") == EMAIL for e in events)
+    raws = [raw_record(e) for e in events]
+    assert any(isinstance(r, dict) and r.get("user_email") == EMAIL for r in raws)
 
 
 def test_cursor_hook_prompt_and_transcript_prompt_are_one_fact(
