@@ -32,7 +32,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["Price", "cost_usd", "normalize_model", "price_for", "table"]
+__all__ = ["Price", "Rates", "cost_usd", "normalize_model", "price_for", "table"]
 
 _BRACKET = re.compile(r"\[[^\]]*\]$")
 _PREFIXES = ("anthropic/", "openai/", "google/", "gemini/", "models/", "vertex_ai/", "bedrock/")
@@ -41,22 +41,45 @@ _DATE = re.compile(r"(?:-\d{8}|-\d{4}-\d{2}-\d{2})$")
 
 
 @dataclass(frozen=True)
-class Price:
-    """Prices of one model in USD per million tokens.
+class Rates:
+    """USD per million tokens; ``cache_read`` / ``cache_write`` None when the table has
+    no separate price (those tokens are then charged at ``input``: the provider bills
+    them as ordinary input)."""
 
-    ``cache_read`` / ``cache_write`` are None when the table has no separate price;
-    :meth:`cost` then charges those tokens at the ``input`` price (the provider bills
-    them as ordinary input). ``cache_write`` is the 5-minute write where the provider
-    has TTLs (Anthropic); ``cache_write_1h`` the 1-hour write (not used by
-    :meth:`cost`: usage records give one cache-creation count).
-    """
-
-    model: str
     input: float
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+
+    def cost(
+        self, input_tokens: int, output_tokens: int, cache_write: int, cache_read: int
+    ) -> float:
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        micro = (
+            input_tokens * self.input
+            + output_tokens * self.output
+            + cache_read * read
+            + cache_write * write
+        )
+        return micro / 1_000_000
+
+
+@dataclass(frozen=True)
+class Price(Rates):
+    """Prices of one model in USD per million tokens (fields as :class:`Rates`).
+
+    ``cache_write`` is the 5-minute write where the provider has TTLs (Anthropic);
+    ``cache_write_1h`` the 1-hour write (not used by :meth:`cost`: usage records carry
+    one cache-creation count). ``above`` / ``above_tokens``: the provider's long-context
+    rates, applied to a whole request whose prompt (input + cache read + cache write
+    tokens) exceeds ``above_tokens``.
+    """
+
+    model: str = ""
     cache_write_1h: float | None = None
+    above_tokens: int | None = None
+    above: Rates | None = None
     provider: str | None = None
     source_key: str | None = None
 
@@ -68,15 +91,13 @@ class Price:
         cache_read_input_tokens: int = 0,
     ) -> float:
         """USD for one request's tokens (counts, Anthropic convention)."""
-        read = self.input if self.cache_read is None else self.cache_read
-        write = self.input if self.cache_write is None else self.cache_write
-        micro = (
-            input_tokens * self.input
-            + output_tokens * self.output
-            + cache_read_input_tokens * read
-            + cache_creation_input_tokens * write
+        prompt = input_tokens + cache_creation_input_tokens + cache_read_input_tokens
+        rates: Rates = self
+        if self.above is not None and self.above_tokens is not None and prompt > self.above_tokens:
+            rates = self.above
+        return Rates.cost(
+            rates, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens
         )
-        return micro / 1_000_000
 
 
 @cache
@@ -90,6 +111,7 @@ def table() -> dict[str, Any]:
 def _prices() -> dict[str, Price]:
     out = {}
     for name, p in table()["models"].items():
+        above = p.get("above")
         out[name] = Price(
             model=name,
             input=p["input"],
@@ -97,6 +119,15 @@ def _prices() -> dict[str, Price]:
             cache_read=p.get("cache_read"),
             cache_write=p.get("cache_write"),
             cache_write_1h=p.get("cache_write_1h"),
+            above_tokens=above["tokens"] if above else None,
+            above=Rates(
+                input=above.get("input", p["input"]),
+                output=above.get("output", p["output"]),
+                cache_read=above.get("cache_read", p.get("cache_read")),
+                cache_write=above.get("cache_write", p.get("cache_write")),
+            )
+            if above
+            else None,
             provider=p.get("provider"),
             source_key=p.get("litellm_key"),
         )
@@ -133,12 +164,13 @@ def cost_usd(
     cache_creation_input_tokens: int = 0,
     cache_read_input_tokens: int = 0,
 ) -> float | None:
-    """USD for one model response's usage, or None when the model has no price.
+    """USD for one model response's usage (one request), or None when the model has no
+    price.
 
     Tokens are counts in the Anthropic convention (``input_tokens`` without cache
-    reads; ``output_tokens`` with reasoning). Compute per request and add the results:
-    the table has no volume tiers, so the sum of per-request costs equals the cost of
-    summed tokens of one model.
+    reads; ``output_tokens`` with reasoning). Call it per request and add the results:
+    long-context rates (:class:`Price`) depend on one request's prompt size, so the cost
+    of summed tokens can differ from the sum of per-request costs.
     """
     price = price_for(model)
     if price is None:

@@ -71,11 +71,33 @@ def per_million(v: object) -> float | None:
     return round(float(v) * 1_000_000, 6)  # type: ignore[arg-type]
 
 
+TIER = re.compile(
+    r"^(input_cost_per_token|output_cost_per_token|cache_read_input_token_cost"
+    r"|cache_creation_input_token_cost)_above_(\d+)k_tokens$"
+)
+
+
+def long_context(spec: dict) -> dict | None:
+    """Standard-tier prices for a prompt above ``tokens`` (LiteLLM ``*_above_<N>k_tokens``;
+    flex, batch, priority and TTL variants are left out)."""
+    field = {v: k for k, v in FIELDS.items()}
+    tiers: dict[int, dict] = {}
+    for key, value in spec.items():
+        if (m := TIER.match(key)) and value is not None:
+            tiers.setdefault(int(m.group(2)) * 1000, {})[field[m.group(1)]] = per_million(value)
+    if not tiers:
+        return None
+    threshold = min(tiers)
+    return {"tokens": threshold, **dict(sorted(tiers[threshold].items()))}
+
+
 def price_entry(key: str, spec: dict, provider: str) -> dict | None:
     entry: dict = {f: per_million(spec.get(k)) for f, k in FIELDS.items()}
     if entry["input"] is None or entry["output"] is None:
         return None
     entry = {k: v for k, v in entry.items() if v is not None}
+    if tier := long_context(spec):
+        entry["above"] = tier
     entry["provider"] = provider
     entry["litellm_key"] = key
     return entry
@@ -128,7 +150,7 @@ def _add_undated_aliases(out: dict[str, dict]) -> None:
     for base, names in groups.items():
         if base in out:
             continue
-        prices = {json.dumps({k: out[n].get(k) for k in FIELDS}) for n in names}
+        prices = {json.dumps({k: out[n].get(k) for k in (*FIELDS, "above")}) for n in names}
         if len(prices) == 1:
             latest = max(names)
             out[base] = {**out[latest], "alias_of": latest}
@@ -173,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             "cache_read": "cache read (hit) tokens",
             "cache_write": "cache creation tokens, 5-minute TTL write where the provider has TTLs",
             "cache_write_1h": "cache creation tokens with a 1-hour TTL (Anthropic)",
+            "above": "prices for a request whose prompt (input + cache read + cache write)"
+            " exceeds `tokens`; fields absent there keep the base price",
         },
         "models": models,
     }

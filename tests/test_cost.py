@@ -39,6 +39,9 @@ def _price(model: Any) -> dict | None:
 
 def _usd(price: dict, usage: dict) -> float:
     n = {f: usage.get(f) or 0 for f in TOKENS}
+    prompt = n["input_tokens"] + n["cache_read_input_tokens"] + n["cache_creation_input_tokens"]
+    if "above" in price and prompt > price["above"]["tokens"]:  # long-context request
+        price = {**price, **price["above"]}
     return (
         n["input_tokens"] * price["input"]
         + n["output_tokens"] * price["output"]
