@@ -109,7 +109,10 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
         return
     click.echo(f"{found['id']}  {found['agent']}  {found['status']}  {found['external_id']}")
     for b in found["batches"]:
-        click.echo(f"  batch {b['batch']} [{b['status']}] {b['started_at']}: {(b['prompt'] or '')[:100]!r}")
+        click.echo(
+            f"  batch {b['batch']} [{b['status']}] {b['started_at']} {_cost_text(b)}: "
+            f"{(b['prompt'] or '')[:100]!r}"
+        )
         for c in found["tool_calls"]:
             if c["batch"] == b["batch"]:
                 mark = "!" if c["is_error"] else " "

@@ -19,9 +19,9 @@ import httpx
 import oracle
 import pytest
 from conftest import FIXTURES, Server, cli
-from sqlalchemy import select
+from sqlalchemy import select, text
 
-from api.bootstrap import Services
+from api.bootstrap import Services, build
 from ledger.importer import import_paths
 from ledger.observation import Observation, SessionRef
 from projections import queries
@@ -229,3 +229,26 @@ def test_cli_and_api_show_cost(settings) -> None:  # type: ignore[no-untyped-def
     finally:
         server.stop()
     assert over_http == rows
+
+
+def test_read_models_of_an_older_schema_are_rebuilt(settings) -> None:  # type: ignore[no-untyped-def]
+    """A views database written before the cost columns existed upgrades itself."""
+    s = build(settings)
+    try:
+        import_paths(s.ledger, [FIXTURES / "spotter-claude-transcripts"])
+        s.runner.catch_up()
+        want = queries.list_sessions(s.models)
+        with s.models.engine.begin() as conn:  # the schema before this change
+            conn.execute(text("ALTER TABLE sessions DROP COLUMN cost_usd"))
+            conn.execute(text("ALTER TABLE prompt_batches DROP COLUMN cost_usd"))
+    finally:
+        s.close()
+    s = build(settings)
+    try:
+        status = {p.name: p.position for p in s.runner.status()}
+        assert status["sessions"] == 0 and status["batches"] == 0  # reset, rebuilt below
+        assert status["tool_calls"] > 0  # untouched projections keep their position
+        s.runner.catch_up()
+        assert queries.list_sessions(s.models) == want
+    finally:
+        s.close()
