@@ -76,8 +76,18 @@ def sessions(ctx: click.Context, as_json: bool, limit: int | None, agent: str | 
         click.echo(
             f"{r['id'][:8]}  {r['agent']:<11} {r['status']:<10} prompts={r['prompt_count']:<3} "
             f"tools={r['tool_call_count']:<4} in={r['input_tokens']} out={r['output_tokens']} "
-            f"last={r['last_activity_at']}  {r['external_id']}"
+            f"{_cost_text(r)} last={r['last_activity_at']}  {r['external_id']}"
         )
+
+
+def _cost_text(r: dict[str, Any]) -> str:
+    """``cost=$1.2345`` (computed), ``+N unpriced tokens``, ``agent=$1.20`` (reported)."""
+    text = f"cost=${r['cost_usd']:.4f}"
+    if r["unpriced_tokens"]:
+        text = f"cost>=${r['cost_usd']:.4f} unpriced_tokens={r['unpriced_tokens']}"
+    if r["agent_cost_usd"] is not None:
+        text += f" agent=${r['agent_cost_usd']:.4f}"
+    return text
 
 
 @main.command()
@@ -99,7 +109,10 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
         return
     click.echo(f"{found['id']}  {found['agent']}  {found['status']}  {found['external_id']}")
     for b in found["batches"]:
-        click.echo(f"  batch {b['batch']} [{b['status']}] {b['started_at']}: {(b['prompt'] or '')[:100]!r}")
+        click.echo(
+            f"  batch {b['batch']} [{b['status']}] {b['started_at']} {_cost_text(b)}: "
+            f"{(b['prompt'] or '')[:100]!r}"
+        )
         for c in found["tool_calls"]:
             if c["batch"] == b["batch"]:
                 mark = "!" if c["is_error"] else " "

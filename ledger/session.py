@@ -88,6 +88,9 @@ class Session(BaseAggregate[UUID]):
         has_thinking: bool = False
 
     class ToolCallStarted(Event):
+        """A tool call began (``tool_input`` as the agent gave it; ``message_id`` of the
+        assistant message that asked for it)."""
+
         tool_use_id: str
         tool_name: str
         tool_input: Any = None
@@ -124,6 +127,9 @@ class Session(BaseAggregate[UUID]):
         duration_ms: int | None = None
 
     class Compacted(Event):
+        """The agent compacted its context (``trigger`` manual|auto; ``pre_tokens`` the
+        context size before, tokens)."""
+
         trigger: str | None = None
         pre_tokens: int | None = None
         summary: str | None = None
@@ -144,17 +150,24 @@ class Session(BaseAggregate[UUID]):
         parent_tool_use_id: str | None = None
 
     class SubagentStopped(Event):
+        """A subagent run (child session ``child_id``) finished."""
+
         child_id: UUID | None = None
         agent_id: str | None = None
         agent_type: str | None = None
         last_assistant_message: str | None = None
 
     class NotificationReceived(Event):
+        """The agent notified the user (``notification_type`` e.g. idle_prompt,
+        permission_prompt)."""
+
         message: str | None = None
         notification_type: str | None = None
         title: str | None = None
 
     class PermissionRequested(Event):
+        """The agent asks the user to allow a tool call."""
+
         tool_name: str | None = None
         tool_input: Any = None
         suggestions: Any = None

@@ -3,6 +3,13 @@
 A batch is one human prompt (or a subagent's task prompt) and everything until the
 agent stops (``TurnEnded``), the next prompt, or the session's end. Activity before
 the first prompt (batch 0) belongs to no batch row.
+
+Tokens and ``cost_usd`` (USD) per batch follow the ``sessions`` rules: per
+``message_id`` the last ``UsageRecorded`` wins (``batch_usage`` remembers which batch
+row counted it, so a replacement moves the difference); usage of a model with no price
+adds to ``unpriced_tokens``; ``agent_cost_usd`` sums the agent's ``CostReported`` figures
+recorded in the batch. A session's ``cost_usd`` is the sum of its batches' plus the
+usage counted in no batch (``batch_usage.batch`` None).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from typing import Any
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, session_events
 from projections.rows import RowCache
+from projections.sessions import TOKENS, usage_cost
 
 
 class BatchesProjection(Projection):
@@ -19,18 +27,26 @@ class BatchesProjection(Projection):
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         keys = []
+        usage = []
         for _, e in session_events(batch):
             keys.append((str(e.originator_id), e.batch))
             keys.append((str(e.originator_id), e.batch - 1))
+            if isinstance(e, Session.UsageRecorded):
+                usage.append((str(e.originator_id), e.message_id))
         rows.prefetch("prompt_batches", keys)
+        rows.prefetch("batch_usage", usage)
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
-        if not isinstance(event, Session.Event) or event.batch < 1:
+        if not isinstance(event, Session.Event):
             return
         sid = str(event.originator_id)
         key = (sid, event.batch)
+        row = rows.get("prompt_batches", key) if event.batch >= 1 else None
+        if isinstance(event, Session.UsageRecorded):
+            self._usage(rows, sid, row, event)
+        if event.batch < 1:
+            return
         at = event_time(event)
-        row = rows.get("prompt_batches", key)
         if row is None:
             if not (
                 isinstance(event, Session.PromptSubmitted) and event.prompt_kind in ("human", "task")
@@ -49,6 +65,10 @@ class BatchesProjection(Projection):
                 "tool_call_count": 0,
                 "tool_error_count": 0,
                 "last_assistant_message": None,
+                **dict.fromkeys(TOKENS, 0),
+                "cost_usd": 0.0,
+                "unpriced_tokens": 0,
+                "agent_cost_usd": None,
                 "first_position": position,
             }
         row["last_position"] = position
@@ -57,6 +77,8 @@ class BatchesProjection(Projection):
                 row["tool_call_count"] += 1
             case Session.ToolCallCompleted() if event.is_error:
                 row["tool_error_count"] += 1
+            case Session.CostReported():
+                row["agent_cost_usd"] = (row["agent_cost_usd"] or 0.0) + event.cost_usd
             case Session.AssistantReplied() if event.text:
                 row["last_assistant_message"] = event.text
             case Session.TurnEnded():
@@ -73,6 +95,30 @@ class BatchesProjection(Projection):
                 pass
         rows.put("prompt_batches", key, row)
 
+    def _usage(
+        self, rows: RowCache, sid: str, row: dict[str, Any] | None, e: Session.UsageRecorded
+    ) -> None:
+        """Replace this message's usage: take the old one off its batch, add the new one."""
+        key = (sid, e.message_id)
+        old = rows.get("batch_usage", key)
+        if old is not None and old["batch"] is not None:
+            counted = rows.get("prompt_batches", (sid, old["batch"]))
+            if counted is not None:
+                _add(counted, old, -1)
+                rows.touch("prompt_batches", (sid, old["batch"]))
+        cost, unpriced = usage_cost(e)
+        new = {
+            "session_id": sid,
+            "message_id": e.message_id,
+            "batch": e.batch if row is not None else None,
+            **{t: getattr(e, t) for t in TOKENS},
+            "cost_usd": cost,
+            "unpriced_tokens": unpriced,
+        }
+        if row is not None:
+            _add(row, new, +1)
+        rows.put("batch_usage", key, new)
+
     def _close(self, rows: RowCache, key: tuple[str, int], at: str | None, reason: str) -> None:
         previous = rows.get("prompt_batches", key)
         if previous is not None and previous["status"] == "open":
@@ -80,3 +126,9 @@ class BatchesProjection(Projection):
             previous["ended_at"] = at
             previous["end_reason"] = reason
             rows.touch("prompt_batches", key)
+
+
+def _add(row: dict[str, Any], usage: dict[str, Any], sign: int) -> None:
+    for t in (*TOKENS, "unpriced_tokens"):
+        row[t] += sign * usage[t]
+    row["cost_usd"] += sign * (usage["cost_usd"] or 0.0)

@@ -1,6 +1,9 @@
 """Read functions over the relational read models (used by the CLI and the API).
 
-Shapes: plain dicts/lists, JSON-ready. Times are ISO-8601 UTC strings; tokens counts.
+Shapes: plain dicts/lists, JSON-ready. Times are ISO-8601 UTC strings; tokens counts;
+``cost_usd`` (computed from the bundled price table; a lower bound when
+``unpriced_tokens`` > 0) and ``agent_cost_usd`` (the agent's own figure, None when it
+reported none) in USD — see docs/cost.md.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ SESSION_FIELDS = (
     "output_tokens",
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
+    "cost_usd",
+    "agent_cost_usd",
+    "unpriced_tokens",
     "event_count",
     "started_at",
     "last_activity_at",

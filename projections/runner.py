@@ -31,6 +31,7 @@ from projections.schema import build_tables, tracking_table
 from projections.sessions import SessionsProjection
 from projections.status_history import StatusHistoryProjection
 from projections.tool_calls import ToolCallsProjection
+from projections.upgrade import reset_outdated
 
 SECTION = 5000
 PROJECTION_CLASSES: dict[str, type[Projection]] = {
@@ -72,6 +73,8 @@ class ReadModels:
             name: build_tables(self.metadata, name) for name in PROJECTION_CLASSES
         }
         self.metadata.create_all(engine)
+        if reset_outdated(engine, self.tables, self.tracking):  # columns changed: rebuild
+            self.metadata.create_all(engine)
 
     def table(self, name: str) -> Table:
         for tables in self.tables.values():

@@ -3,12 +3,12 @@
 Tables are built by :func:`build_tables` with an optional name suffix, so a rebuild can
 fill fresh ``<name>__rebuild`` tables next to the live ones and swap them in. Times
 are ISO-8601 UTC strings (``2026-06-20T00:55:16.123Z``); tokens are counts;
-``duration_ms`` milliseconds.
+``duration_ms`` milliseconds; ``*cost_usd`` US dollars (docs/cost.md).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Column, Integer, MetaData, String, Table, Text
+from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
 
 TRACKING = "projection_tracking"
 
@@ -51,6 +51,8 @@ def _sessions(md: MetaData, sfx: str) -> list[Table]:
         Column("tool_call_count", Integer, nullable=False, default=0),
         Column("tool_error_count", Integer, nullable=False, default=0),
         *tokens,
+        *_cost_columns(),
+        Column("agent_cost_usd", Float),  # sum of the agent's own CostReported figures
         Column("event_count", Integer, nullable=False, default=0),
         Column("started_at", String(32)),
         Column("last_activity_at", String(32)),
@@ -67,14 +69,48 @@ def _sessions(md: MetaData, sfx: str) -> list[Table]:
         Column("session_id", String(36), primary_key=True),
         Column("message_id", Text, primary_key=True),
         Column("model", Text),
+        Column("batch", Integer, nullable=False, default=0),
         *[Column(c.name, BigInteger, nullable=False, default=0) for c in tokens],
+        Column("cost_usd", Float),  # None: the model has no price
+        Column("unpriced_tokens", BigInteger, nullable=False, default=0),
         Column("position", BigInteger, nullable=False),
     )
     return [sessions, usage]
 
 
+TOKEN_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def _token_columns() -> list[Column]:  # type: ignore[type-arg]
+    return [Column(n, BigInteger, nullable=False, default=0) for n in TOKEN_COLUMNS]
+
+
+def _cost_columns() -> list[Column]:  # type: ignore[type-arg]
+    """``cost_usd``: sum over priced usage (USD); ``unpriced_tokens``: tokens of usage
+    whose model has no price (``cost_usd`` is a lower bound when > 0)."""
+    return [
+        Column("cost_usd", Float, nullable=False, default=0.0),
+        Column("unpriced_tokens", BigInteger, nullable=False, default=0),
+    ]
+
+
 def _batches(md: MetaData, sfx: str) -> list[Table]:
     return [
+        Table(
+            "batch_usage" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("message_id", Text, primary_key=True),
+            Column("batch", Integer),  # the prompt batch it is counted in; None: none
+            *_token_columns(),
+            Column("cost_usd", Float),
+            Column("unpriced_tokens", BigInteger, nullable=False, default=0),
+        ),
         Table(
             "prompt_batches" + sfx,
             md,
@@ -89,6 +125,9 @@ def _batches(md: MetaData, sfx: str) -> list[Table]:
             Column("tool_call_count", Integer, nullable=False, default=0),
             Column("tool_error_count", Integer, nullable=False, default=0),
             Column("last_assistant_message", Text),
+            *_token_columns(),
+            *_cost_columns(),
+            Column("agent_cost_usd", Float),
             Column("first_position", BigInteger, nullable=False),
             Column("last_position", BigInteger, nullable=False),
         )

@@ -1,8 +1,16 @@
-"""``sessions`` read model: one row per session with status, counts, tokens, times.
+"""``sessions`` read model: one row per session with status, counts, tokens, cost, times.
 
 Counts and tokens are the session's own: a subagent run is its own (child) session,
 so summing over sessions counts nothing twice. Usage: per ``message_id`` the last
 ``UsageRecorded`` wins (``session_usage`` holds it; totals move by the difference).
+
+Cost (USD, docs/cost.md): each usage row's ``cost_usd`` is computed from its own
+model and tokens with the bundled price table (:mod:`projections.pricing`), None when
+the model has no price; the session's ``cost_usd`` is the sum over its priced usage
+(replace-not-add like the tokens) and ``unpriced_tokens`` counts the tokens of usage
+with no price, so ``cost_usd`` is a lower bound when that is above 0.
+``agent_cost_usd`` is the sum of the agent's own ``CostReported`` figures (None when
+the agent reported none), kept beside the computed cost, never mixed into it.
 """
 
 from __future__ import annotations
@@ -11,9 +19,19 @@ from typing import Any
 
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
+from projections.pricing import cost_usd
 from projections.rows import RowCache
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def usage_cost(e: Session.UsageRecorded) -> tuple[float | None, int]:
+    """(``cost_usd`` or None, unpriced tokens) of one usage event."""
+    cost = cost_usd(
+        e.model, e.input_tokens, e.output_tokens, e.cache_creation_input_tokens,
+        e.cache_read_input_tokens,
+    )
+    return cost, (0 if cost is not None else sum(getattr(e, t) for t in TOKENS))
 
 
 class SessionsProjection(Projection):
@@ -53,6 +71,9 @@ class SessionsProjection(Projection):
                 "tool_call_count": 0,
                 "tool_error_count": 0,
                 **dict.fromkeys(TOKENS, 0),
+                "cost_usd": 0.0,
+                "unpriced_tokens": 0,
+                "agent_cost_usd": None,
                 "event_count": 0,
                 "started_at": at,
                 "last_activity_at": at,
@@ -85,6 +106,8 @@ class SessionsProjection(Projection):
                 row["tool_error_count"] += 1
             case Session.UsageRecorded():
                 self._usage(rows, row, position, event)
+            case Session.CostReported():
+                row["agent_cost_usd"] = (row["agent_cost_usd"] or 0.0) + event.cost_usd
             case Session.Started() if event.model:
                 row["model"] = event.model
             case Session.Ended():
@@ -101,15 +124,24 @@ class SessionsProjection(Projection):
     def _usage(self, rows: RowCache, row: dict[str, Any], position: int, e: Session.UsageRecorded) -> None:
         key = (row["id"], e.message_id)
         old = rows.get("session_usage", key)
+        cost, unpriced = usage_cost(e)
         new = {
             "session_id": row["id"],
             "message_id": e.message_id,
             "model": e.model,
+            "batch": e.batch,
             "position": position,
             **{t: getattr(e, t) for t in TOKENS},
+            "cost_usd": cost,
+            "unpriced_tokens": unpriced,
         }
         for t in TOKENS:
             row[t] += new[t] - (old[t] if old else 0)
+        if old is not None:
+            row["cost_usd"] -= old["cost_usd"] or 0.0
+            row["unpriced_tokens"] -= old["unpriced_tokens"]
+        row["cost_usd"] += cost or 0.0
+        row["unpriced_tokens"] += unpriced
         if e.model:
             row["model"] = e.model
         rows.put("session_usage", key, new)

@@ -29,6 +29,26 @@ from ledger.sources.claude_common import (
 )
 
 SOURCE_FORMAT = "claude-code.hook"
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    SOURCE_FORMAT: frozenset(
+        {
+            "Started",
+            "PromptSubmitted",
+            "ToolCallStarted",
+            "ToolCallCompleted",
+            "NotificationReceived",
+            "PermissionRequested",
+            "TurnEnded",
+            "Compacted",
+            "SubagentLinked",
+            "LinkedToParent",
+            "SubagentStopped",
+            "Ended",
+            "RecordObserved",
+            "UnknownHookEvent",
+        }
+    )
+}
 
 KNOWN_HOOKS = frozenset(
     {

@@ -37,6 +37,22 @@ from ledger.sources.claude_common import (
 )
 
 SOURCE_FORMAT = "claude-code.transcript"
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    SOURCE_FORMAT: frozenset(
+        {
+            "PromptSubmitted",
+            "AssistantReplied",
+            "ToolCallStarted",
+            "ToolCallCompleted",
+            "UsageRecorded",
+            "TurnEnded",
+            "Compacted",
+            "SubagentLinked",
+            "LinkedToParent",
+            "RecordObserved",
+        }
+    )
+}
 _BATCH_OPENERS = ("human", "task")
 
 

@@ -1,0 +1,36 @@
+"""Read-model schema upgrades: a projection whose tables no longer match the code is
+dropped and rebuilt from the log.
+
+Read models are disposable (every row derives from the ledger), so an upgrade that adds
+or removes columns needs no migration scripts: :func:`reset_outdated` compares each
+live table's columns with the table the code defines and, for a projection with any
+difference, drops its tables and its tracking row. The next catch-up fills the fresh
+tables from position 0 (the same path as ``hookledger projections rebuild``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, Table, inspect
+
+
+def reset_outdated(
+    engine: Engine, tables: dict[str, dict[str, Table]], tracking: Table
+) -> list[str]:
+    """Drop the tables and tracking row of every projection whose live columns differ
+    from ``tables`` (projection name -> base name -> Table); returns those names."""
+    insp = inspect(engine)
+    outdated = []
+    for name, own in tables.items():
+        for t in own.values():
+            if insp.has_table(t.name):
+                live = {c["name"] for c in insp.get_columns(t.name)}
+                if live != {c.name for c in t.columns}:
+                    outdated.append(name)
+                    break
+    if outdated:
+        with engine.begin() as conn:
+            for name in outdated:
+                for t in tables[name].values():
+                    t.drop(conn, checkfirst=True)
+                conn.execute(tracking.delete().where(tracking.c.name == name))
+    return outdated
