@@ -70,6 +70,25 @@ _OBSERVED = frozenset(
 __all__ = ["SOURCE_FORMAT", "HookPayloadError", "parse_hook"]
 
 
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "cursor.hook": frozenset(
+        {
+            "AssistantReplied",
+            "Compacted",
+            "Ended",
+            "PromptSubmitted",
+            "RecordObserved",
+            "Started",
+            "SubagentLinked",
+            "SubagentStopped",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "TurnEnded",
+            "UnknownHookEvent",
+        }
+    ),
+}
+
 def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
     """Turn one Cursor hook payload into observations (``occurred_at`` = capture time).
 

@@ -37,6 +37,19 @@ _CALLS = ("tool_use", "tool_call")
 _RESULTS = ("tool_result", "tool-result")
 
 
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "cursor.transcript": frozenset(
+        {
+            "AssistantReplied",
+            "PromptSubmitted",
+            "RecordObserved",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "TurnEnded",
+        }
+    ),
+}
+
 def parse_records(
     lines: Iterable[bytes], source: str, conversation_id: str
 ) -> Iterator[Observation | Rejected]:

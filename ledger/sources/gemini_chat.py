@@ -63,6 +63,31 @@ _DONE = {"success": False, "error": True, "cancelled": True}  # status -> is_err
 _NOTICES = ("info", "warning", "error")
 
 
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "gemini.chat": frozenset(
+        {
+            "AssistantReplied",
+            "NotificationReceived",
+            "PromptSubmitted",
+            "RecordObserved",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "UsageRecorded",
+        }
+    ),
+    "gemini.chat-jsonl": frozenset(
+        {
+            "AssistantReplied",
+            "NotificationReceived",
+            "PromptSubmitted",
+            "RecordObserved",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "UsageRecorded",
+        }
+    ),
+}
+
 def usage_from_tokens(tokens: dict[str, Any]) -> dict[str, int]:
     """Gemini ``tokens`` -> ``UsageRecorded`` token fields (counts).
 

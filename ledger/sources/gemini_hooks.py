@@ -54,6 +54,25 @@ SOURCE_FORMAT = "gemini.hook"
 __all__ = ["SOURCE_FORMAT", "HookPayloadError", "parse_hook"]
 
 
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "gemini.hook": frozenset(
+        {
+            "AssistantReplied",
+            "Compacted",
+            "Ended",
+            "NotificationReceived",
+            "PromptSubmitted",
+            "RecordObserved",
+            "Started",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "TurnEnded",
+            "UnknownHookEvent",
+            "UsageRecorded",
+        }
+    ),
+}
+
 def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
     """Turn one Gemini CLI hook payload into observations.
 

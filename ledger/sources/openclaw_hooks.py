@@ -60,6 +60,25 @@ SOURCE_FORMAT = "openclaw.hook"
 __all__ = ["SOURCE_FORMAT", "HookPayloadError", "parse_hook"]
 
 
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "openclaw.hook": frozenset(
+        {
+            "Compacted",
+            "Ended",
+            "PromptSubmitted",
+            "RecordObserved",
+            "Resumed",
+            "Started",
+            "Suspended",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "TurnEnded",
+            "UnknownHookEvent",
+            "UsageRecorded",
+        }
+    ),
+}
+
 def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
     """Turn one ``{hook, event, ctx}`` envelope into observations.
 

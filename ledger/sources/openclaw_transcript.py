@@ -45,6 +45,21 @@ AGENT = "openclaw"
 SOURCE_FORMAT = "openclaw.transcript"
 
 
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "openclaw.transcript": frozenset(
+        {
+            "AssistantReplied",
+            "Compacted",
+            "CostReported",
+            "PromptSubmitted",
+            "RecordObserved",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "UsageRecorded",
+        }
+    ),
+}
+
 def parse_records(
     lines: Iterable[bytes], source: str, fallback_id: str
 ) -> Iterator[Observation | Rejected]:
