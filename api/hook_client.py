@@ -89,11 +89,11 @@ def run(agent: str, data_dir: str | None, url: str | None = None, stdin: bytes |
 
 
 def _spool(data_dir: str, agent: str, body: bytes, key: str, at: str) -> None:
-    """Privacy at the edge: ``<private>`` spans never reach the spool file either."""
-    from ledger.privacy import strip_private_text
+    """Privacy at the edge: ``<private>`` spans and secrets never reach the spool file."""
+    from ledger.privacy import redact_text
 
-    text, removed = strip_private_text(body.decode("utf-8", "surrogateescape"))
-    if removed:
+    text, redactions = redact_text(body.decode("utf-8", "surrogateescape"))
+    if redactions:
         body = text.encode("utf-8", "surrogateescape")
     try:
         spool_append(os.path.join(data_dir, "spool"), agent, journal_line(agent, body, key, at))
