@@ -107,7 +107,7 @@ class Quarantine(BaseAggregate[UUID]):
             "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
             "truncated": len(data) > MAX_KEPT_BYTES,
-            "redactions": redactions,
+            "redactions": [*rejected.redactions, *redactions],
         }
         event = self.InputRejected(**fields)
         event = seal(self.head_digest, event)

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 PLACEHOLDER = "[redacted:{}]"
 _PLACEHOLDER_PREFIX = "[redacted:"
 
-# A token must not continue a longer word on either side.
-_L = r"(?<![A-Za-z0-9_\-])"
+# A token must not continue a longer word on either side (in raw JSON text a ``\n``,
+# ``\r`` or ``\t`` escape in front counts as a separator).
+_L = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
+_LW = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
 _R = r"(?![A-Za-z0-9_\-])"
 # The value of an assignment: a quoted string, or a bare word (JSON escape pairs kept
 # whole, so redacting inside raw JSON text leaves it valid JSON). ``$``, brackets and
@@ -35,7 +37,7 @@ _R = r"(?![A-Za-z0-9_\-])"
 _VALUE = (
     r"(?:\\?[\"'])?(?!\[redacted:)"
     r"(?P<v>(?<=[\"'])[^\"'\\\r\n]{6,512}(?=\\?[\"'])"
-    r"|(?:[^\s\"'\\$`,;()\[\]{}<>]|\\[^u\"'\s]){6,512})"
+    r"|(?:[^\s\"'\\$`,;()\[\]{}<>]|\\[^u\"'\snrt]){6,512})"
 )
 _ASSIGN = r"(?:\\?[\"'])?\s{0,4}[=:]\s{0,4}"
 
@@ -89,8 +91,13 @@ def _r(pattern: str, flags: int = 0) -> re.Pattern[str]:
 
 _I = re.IGNORECASE
 
-_FIELD_ENDS = {b'password"', b'passwd"', b'secret"', b'key"', b'token"'}
-"""How every object key :func:`secret_field` accepts ends in raw JSON text (lower-cased)."""
+_FIELD_ENDS = {
+    end + quote
+    for end in (b"password", b"passwd", b"secret", b"key", b"token")
+    for quote in (b'"', b'\\"')
+}
+"""How every object key :func:`secret_field` accepts ends in JSON text (lower-cased), as a
+key of the record itself or of JSON text inside one of its strings (``\\"``)."""
 
 CATALOGUE: tuple[Rule, ...] = (
     # -- private keys first: a key block may contain shapes of other rules -----------
@@ -149,7 +156,7 @@ CATALOGUE: tuple[Rule, ...] = (
     Rule("jwt", ("eyJ",), _r(
         _L + r"eyJ[A-Za-z0-9_\-]{8,4096}\.eyJ[A-Za-z0-9_\-]{8,8192}\.[A-Za-z0-9_\-]{8,4096}" + _R)),
     Rule("bearer_token", ("bearer",), _r(
-        r"(?<![A-Za-z0-9_])bearer\s{1,4}(?!\[redacted:)(?P<v>[A-Za-z0-9\-._~+/]{16,4096}=*)", _I),
+        _LW + r"bearer\s{1,4}(?!\[redacted:)(?P<v>[A-Za-z0-9\-._~+/]{16,4096}=*)", _I),
         ignore_case=True),
     Rule("basic_auth", ("basic",), _r(
         r"authorization(?:\\?[\"'])?\s{0,4}:\s{0,4}(?:\\?[\"'])?basic\s{1,4}(?P<v>[A-Za-z0-9+/]{8,1024}=*)",
@@ -158,15 +165,15 @@ CATALOGUE: tuple[Rule, ...] = (
         r"[A-Za-z][A-Za-z0-9+.\-]{0,20}:(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
         r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("//",)),
     Rule("env_secret_assignment", ("KEY", "SECRET", "TOKEN", "PASS", "PWD", "CREDENTIAL"), _r(
-        r"(?<![A-Za-z0-9_])(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
+        _LW + r"(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
         accept=_env_name_is_secret),
     Rule("secret_field", tuple(e.decode() for e in sorted(_FIELD_ENDS)), _r(
-        r"(?<![A-Za-z0-9_\-])(?P<name>[A-Za-z_][A-Za-z0-9_\-]{0,64})\\?\"\s{0,4}:\s{0,4}\\?\""
+        _L + r"(?P<name>[A-Za-z_][A-Za-z0-9_\-]{0,64})\\?\"\s{0,4}:\s{0,4}\\?\""
         r"(?!\[redacted:)(?P<v>(?:[^\"\\\r\n]|\\[^\"]){6,512})(?=\\?\")"),
         ignore_case=True, accept=lambda m: secret_field(m.group("name"))),
     Rule("password_assignment", ("password", "passwd"), _r(
-        r"(?<![A-Za-z0-9])(?:password|passwd)" + _ASSIGN + _VALUE, _I), ignore_case=True,
-        accept=_looks_like_password),
+        r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))(?:password|passwd)" + _ASSIGN + _VALUE, _I),
+        ignore_case=True, accept=_looks_like_password),
 )
 """The catalogue, applied in this order (a redacted span is not matched again)."""
 
