@@ -207,5 +207,9 @@ def hook(ctx: click.Context, agent: str) -> None:
     ctx.exit(0)
 
 
+from api.cli_jobs import jobs as _jobs  # noqa: E402
+
+main.add_command(_jobs)
+
 if __name__ == "__main__":
     main()

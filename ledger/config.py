@@ -21,6 +21,8 @@ class Settings:
     data_dir: Path
     database_url: str | None = None
     database_schema: str | None = None
+    archive_after_days: int = 30
+    """Liveness job: archive sessions ended more than this many days ago."""
 
     @classmethod
     def from_env(cls, data_dir: str | Path | None = None) -> Settings:
@@ -34,6 +36,7 @@ class Settings:
             data_dir=Path(chosen).expanduser(),
             database_url=os.environ.get("HOOKLEDGER_DATABASE_URL") or None,
             database_schema=os.environ.get("HOOKLEDGER_DATABASE_SCHEMA") or None,
+            archive_after_days=int(os.environ.get("HOOKLEDGER_ARCHIVE_AFTER_DAYS") or 30),
         )
 
     @property

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.session import Session
-from projections.base import Batch, Projection, event_time, session_events
+from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
 
 
@@ -25,6 +25,9 @@ class BatchesProjection(Projection):
         rows.prefetch("prompt_batches", keys)
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
+        if isinstance(event, Session.BatchClosed | Session.ActivitiesAttached):
+            self._lifecycle(rows, position, event)
+            return
         if not isinstance(event, Session.Event) or event.batch < 1:
             return
         sid = str(event.originator_id)
@@ -72,6 +75,28 @@ class BatchesProjection(Projection):
             case _:
                 pass
         rows.put("prompt_batches", key, row)
+
+    def _lifecycle(self, rows: RowCache, position: int, event: Any) -> None:
+        """Liveness job decisions: an idle batch closed; unbatched activity attached to
+        the latest batch, or to a new recovery batch (no prompt)."""
+        key = (str(event.originator_id), event.batch)
+        row = rows.get("prompt_batches", key)
+        if isinstance(event, Session.BatchClosed):
+            if row is not None and row["status"] == "open":
+                row.update(status="completed", ended_at=iso(event.measured_from) or event_time(event),
+                           end_reason=event.reason, last_position=position)
+                rows.put("prompt_batches", key, row)
+            return
+        if event.recovery and row is None:
+            row = {
+                "session_id": key[0], "batch": event.batch, "prompt": None,
+                "prompt_kind": "recovery", "status": "completed",
+                "started_at": iso(event.first_activity_at), "ended_at": iso(event.measured_from),
+                "end_reason": "recovery", "tool_call_count": len(event.tool_use_ids),
+                "tool_error_count": event.tool_errors, "last_assistant_message": None,
+                "first_position": position, "last_position": position,
+            }
+            rows.put("prompt_batches", key, row)
 
     def _close(self, rows: RowCache, key: tuple[str, int], at: str | None, reason: str) -> None:
         previous = rows.get("prompt_batches", key)
