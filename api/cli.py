@@ -210,6 +210,9 @@ def hook(ctx: click.Context, agent: str) -> None:
 from api.cli_jobs import jobs as _jobs  # noqa: E402
 
 main.add_command(_jobs)
+from api.cli_commands import session as _session  # noqa: E402
+
+main.add_command(_session)
 
 if __name__ == "__main__":
     main()
