@@ -24,20 +24,39 @@ def _command(name: str, help_text: str) -> None:
     @click.option("--reason", default=None, help="Why (recorded with the command).")
     @click.option("--by", default=None, help="Who asks (default: the OS user).")
     @click.option("--key", default=None, help="Idempotency key (a retry appends nothing).")
-    @click.option("--at", "at_position", type=int, default=None,
-                  help="fork only: the parent's log position to fork at (default: its head).")
+    @click.option(
+        "--at",
+        "at_position",
+        type=int,
+        default=None,
+        help="fork only: the parent's log position to fork at (default: its head).",
+    )
     @click.option("--json", "as_json", is_flag=True)
     @click.pass_context
-    def run(ctx: click.Context, session_ref: str, reason: str | None, by: str | None,
-            key: str | None, at_position: int | None, as_json: bool) -> None:
+    def run(
+        ctx: click.Context,
+        session_ref: str,
+        reason: str | None,
+        by: str | None,
+        key: str | None,
+        at_position: int | None,
+        as_json: bool,
+    ) -> None:
         from api.commands import execute
         from ledger.commands import InvalidTransition, UnknownCommand
 
         if at_position is not None and name != "fork":
             raise click.UsageError("--at applies to fork only")
         try:
-            out = execute(services(ctx), session_ref, name, by=by or getpass.getuser(),
-                          reason=reason, key=key, at_position=at_position)
+            out = execute(
+                services(ctx),
+                session_ref,
+                name,
+                by=by or getpass.getuser(),
+                reason=reason,
+                key=key,
+                at_position=at_position,
+            )
         except (LookupError, InvalidTransition, UnknownCommand, ValueError) as e:
             raise click.ClickException(str(e).strip("'\"")) from e
         if as_json:

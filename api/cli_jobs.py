@@ -14,12 +14,21 @@ def jobs() -> None:
 
 @jobs.command("run")
 @click.option("--once", is_flag=True, required=True, help="Run every rule once and exit.")
-@click.option("--now", "now_text", default=None, help="ISO-8601 time to measure idle time to (default: now).")
-@click.option("--archive-after-days", type=int, default=None, help="Override the archive threshold.")
+@click.option(
+    "--now", "now_text", default=None, help="ISO-8601 time to measure idle time to (default: now)."
+)
+@click.option(
+    "--archive-after-days", type=int, default=None, help="Override the archive threshold."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def jobs_run(ctx: click.Context, once: bool, now_text: str | None, archive_after_days: int | None,
-             as_json: bool) -> None:
+def jobs_run(
+    ctx: click.Context,
+    once: bool,
+    now_text: str | None,
+    archive_after_days: int | None,
+    as_json: bool,
+) -> None:
     """Run the liveness rules on every candidate session once; print what was decided."""
     from datetime import UTC, datetime
 

@@ -42,8 +42,16 @@ def fork_version(services: Any, sid: str, at_position: int | None) -> tuple[int 
     return version, positions[version]
 
 
-def execute(services: Any, ref: str, command: str, *, by: str | None, reason: str | None,
-            key: str | None, at_position: int | None) -> dict[str, Any]:
+def execute(
+    services: Any,
+    ref: str,
+    command: str,
+    *,
+    by: str | None,
+    reason: str | None,
+    key: str | None,
+    at_position: int | None,
+) -> dict[str, Any]:
     """Run one command (catching the read models up first); returns the result dict.
 
     Raises LookupError, UnknownCommand, InvalidTransition, ValueError."""
@@ -55,8 +63,16 @@ def execute(services: Any, ref: str, command: str, *, by: str | None, reason: st
     key = key or uuid7()
     if command == "fork":
         version, position = fork_version(services, sid, at_position)
-        result = fork_session(services.ledger, UUID(sid), key, now, at_version=version,
-                              at_position=position, by=by, reason=reason)
+        result = fork_session(
+            services.ledger,
+            UUID(sid),
+            key,
+            now,
+            at_version=version,
+            at_position=position,
+            by=by,
+            reason=reason,
+        )
     else:
         if at_position is not None:
             raise ValueError("'at' applies to fork only")
@@ -84,15 +100,29 @@ def routes(services: Any) -> list[Route]:
         by = body.get("by") or request.headers.get("x-hookledger-operator") or "api"
         key = body.get("key") or request.headers.get("x-hookledger-command-key")
         try:
-            out = await anyio.to_thread.run_sync(lambda: execute(
-                services, request.path_params["id"], request.path_params["command"],
-                by=by, reason=body.get("reason"), key=key, at_position=body.get("at")))
+            out = await anyio.to_thread.run_sync(
+                lambda: execute(
+                    services,
+                    request.path_params["id"],
+                    request.path_params["command"],
+                    by=by,
+                    reason=body.get("reason"),
+                    key=key,
+                    at_position=body.get("at"),
+                )
+            )
         except LookupError as e:
             return JSONResponse({"error": str(e)}, 404)
         except InvalidTransition as e:
-            return JSONResponse({"error": str(e), "status": e.status.value,
-                                 "allowed_from": e.allowed_from,
-                                 "allowed_commands": e.allowed_commands}, 409)
+            return JSONResponse(
+                {
+                    "error": str(e),
+                    "status": e.status.value,
+                    "allowed_from": e.allowed_from,
+                    "allowed_commands": e.allowed_commands,
+                },
+                409,
+            )
         except (UnknownCommand, ValueError) as e:
             return JSONResponse({"error": str(e)}, 400)
         return JSONResponse(out, 200)

@@ -34,8 +34,13 @@ class JobReport:
     sessions: dict[str, list[str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"now": self.now, "examined": self.examined, "decisions": self.decisions,
-                "appended": len(self.positions), "sessions": self.sessions}
+        return {
+            "now": self.now,
+            "examined": self.examined,
+            "decisions": self.decisions,
+            "appended": len(self.positions),
+            "sessions": self.sessions,
+        }
 
 
 def candidates(services: Any, now: datetime, config: JobConfig) -> list[tuple[str, int]]:
@@ -53,13 +58,24 @@ def candidates(services: Any, now: datetime, config: JobConfig) -> list[tuple[st
     )
     # PAUSED sessions may still hold unattached activity or an open batch.
     paused = t.c.status == SessionStatus.PAUSED.value
-    query = select(t.c.id, t.c.head_position).where(or_(idle_live, old_ended, paused & (
-        last <= iso(now - timedelta(seconds=config.idle_batch_s))))).order_by(t.c.id)
+    query = (
+        select(t.c.id, t.c.head_position)
+        .where(
+            or_(
+                idle_live,
+                old_ended,
+                paused & (last <= iso(now - timedelta(seconds=config.idle_batch_s))),
+            )
+        )
+        .order_by(t.c.id)
+    )
     with services.models.engine.connect() as conn:
         return [(r[0], int(r[1])) for r in conn.execute(query)]
 
 
-def run_jobs(services: Any, now: datetime | None = None, config: JobConfig | None = None) -> JobReport:
+def run_jobs(
+    services: Any, now: datetime | None = None, config: JobConfig | None = None
+) -> JobReport:
     """Catch the read models up, then run the liveness rules on every candidate session.
 
     ``now`` (UTC; default: the wall clock) is the time the rules measure idle time to.

@@ -67,9 +67,12 @@ class CommandResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "session_id": str(self.session_id), "command": self.command,
-            "from_status": self.from_status.value, "to_status": self.to_status.value,
-            "appended": self.appended, "positions": self.positions,
+            "session_id": str(self.session_id),
+            "command": self.command,
+            "from_status": self.from_status.value,
+            "to_status": self.to_status.value,
+            "appended": self.appended,
+            "positions": self.positions,
             **({"fork_id": str(self.fork_id)} if self.fork_id else {}),
         }
 
@@ -79,7 +82,9 @@ def check(command: str, status: SessionStatus) -> SessionStatus:
 
     Raises :class:`UnknownCommand` or :class:`InvalidTransition`."""
     if command not in COMMAND_TRANSITIONS:
-        raise UnknownCommand(f"unknown command {command!r}; known: {', '.join(COMMAND_TRANSITIONS)}")
+        raise UnknownCommand(
+            f"unknown command {command!r}; known: {', '.join(COMMAND_TRANSITIONS)}"
+        )
     target = COMMAND_TRANSITIONS[command].get(status)
     if target is None:
         raise InvalidTransition(command, status)
@@ -87,8 +92,13 @@ def check(command: str, status: SessionStatus) -> SessionStatus:
 
 
 def apply_command(
-    agg: Session, command: str, key: str, recorded_at: datetime, by: str | None = None,
-    reason: str | None = None, fork_id: UUID | None = None,
+    agg: Session,
+    command: str,
+    key: str,
+    recorded_at: datetime,
+    by: str | None = None,
+    reason: str | None = None,
+    fork_id: UUID | None = None,
 ) -> tuple[SessionStatus, SessionStatus, bool]:
     """Validate and append ``CommandApplied`` to ``agg``; returns (from, to, appended).
 
@@ -100,16 +110,30 @@ def apply_command(
     source = agg.status
     target = check(command, source)
     append_decision(
-        agg, Session.CommandApplied, event_key, recorded_at, SOURCE_FORMAT, status=target,
-        command=command, from_status=source, to_status=target, by=by, reason=reason,
+        agg,
+        Session.CommandApplied,
+        event_key,
+        recorded_at,
+        SOURCE_FORMAT,
+        status=target,
+        command=command,
+        from_status=source,
+        to_status=target,
+        by=by,
+        reason=reason,
         fork_id=fork_id,
     )
     return source, target, True
 
 
 def run_command(
-    ledger: Any, sid: UUID, command: str, key: str, recorded_at: datetime,
-    by: str | None = None, reason: str | None = None,
+    ledger: Any,
+    sid: UUID,
+    command: str,
+    key: str,
+    recorded_at: datetime,
+    by: str | None = None,
+    reason: str | None = None,
 ) -> CommandResult:
     """Apply a state command (not fork) to session ``sid`` and save it.
 
@@ -118,7 +142,9 @@ def run_command(
     if command == "fork":
         raise UnknownCommand("fork makes a new session: use fork_session()")
     if command not in COMMAND_TRANSITIONS:
-        raise UnknownCommand(f"unknown command {command!r}; known: {', '.join(COMMAND_TRANSITIONS)}")
+        raise UnknownCommand(
+            f"unknown command {command!r}; known: {', '.join(COMMAND_TRANSITIONS)}"
+        )
     (src, dst, appended), positions = decide(
         ledger, sid, lambda agg: apply_command(agg, command, key, recorded_at, by, reason)
     )
@@ -132,8 +158,14 @@ def fork_id_for(agent: str, parent_external_id: str, key: str) -> tuple[UUID, st
 
 
 def fork_session(
-    ledger: Any, parent_id: UUID, key: str, recorded_at: datetime, *,
-    at_version: int | None = None, at_position: int | None = None, by: str | None = None,
+    ledger: Any,
+    parent_id: UUID,
+    key: str,
+    recorded_at: datetime,
+    *,
+    at_version: int | None = None,
+    at_position: int | None = None,
+    by: str | None = None,
     reason: str | None = None,
 ) -> CommandResult:
     """Fork ``parent_id`` at stream version ``at_version`` (default: its head).
@@ -152,37 +184,61 @@ def fork_session(
         history = [e for e in ledger.events.get(parent_id, lte=at)]
         _save_fork(ledger, parent, history, child_id, external, at, at_position, recorded_at, by)
     (src, dst, appended), positions = decide(
-        ledger, parent_id,
+        ledger,
+        parent_id,
         lambda agg: apply_command(agg, "fork", key, recorded_at, by, reason, fork_id=child_id),
     )
     return CommandResult(parent_id, "fork", src, dst, positions, appended, child_id)
 
 
 def _save_fork(
-    ledger: Any, parent: Session, history: list[Any], child_id: UUID, external: str, at: int,
-    at_position: int | None, recorded_at: datetime, by: str | None,
+    ledger: Any,
+    parent: Session,
+    history: list[Any],
+    child_id: UUID,
+    external: str,
+    at: int,
+    at_position: int | None,
+    recorded_at: datetime,
+    by: str | None,
 ) -> None:
     opened = history[0]
-    first = opened.model_copy(update={
-        "originator_id": child_id, "external_id": external, "parent_id": parent.id,
-        "timestamp": recorded_at, "digest": "",
-    })
+    first = opened.model_copy(
+        update={
+            "originator_id": child_id,
+            "external_id": external,
+            "parent_id": parent.id,
+            "timestamp": recorded_at,
+            "digest": "",
+        }
+    )
     first = seal("", first)
     child = first.mutate(None)
     assert isinstance(child, Session)
     child.pending_events.append(first)
     append_decision(
-        child, Session.ForkedFrom, f"forked:{parent.id}:{at}", recorded_at, SOURCE_FORMAT,
-        parent_id=parent.id, parent_version=at, parent_position=at_position, by=by,
+        child,
+        Session.ForkedFrom,
+        f"forked:{parent.id}:{at}",
+        recorded_at,
+        SOURCE_FORMAT,
+        parent_id=parent.id,
+        parent_version=at,
+        parent_position=at_position,
+        by=by,
     )
 
     def save() -> None:
         ledger.save(child)
 
     for event in history[1:]:
-        copy = event.model_copy(update={
-            "originator_id": child_id, "originator_version": child.version + 1, "digest": "",
-        })
+        copy = event.model_copy(
+            update={
+                "originator_id": child_id,
+                "originator_version": child.version + 1,
+                "digest": "",
+            }
+        )
         copy = seal(child.head_digest, copy)
         copy.mutate(child)
         child.pending_events.append(copy)
@@ -190,8 +246,16 @@ def _save_fork(
             save()
     source = child.status
     append_decision(
-        child, Session.CommandApplied, f"command:fork:{parent.id}:{at}", recorded_at,
-        SOURCE_FORMAT, status=SessionStatus.PAUSED, command="fork", from_status=source,
-        to_status=SessionStatus.PAUSED, by=by, reason=f"forked from {parent.id} at version {at}",
+        child,
+        Session.CommandApplied,
+        f"command:fork:{parent.id}:{at}",
+        recorded_at,
+        SOURCE_FORMAT,
+        status=SessionStatus.PAUSED,
+        command="fork",
+        from_status=source,
+        to_status=SessionStatus.PAUSED,
+        by=by,
+        reason=f"forked from {parent.id} at version {at}",
     )
     save()

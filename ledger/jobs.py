@@ -51,7 +51,11 @@ class JobConfig:
 
 
 def append_decision(
-    agg: Session, cls: type[Session.Event], key: str, recorded_at: datetime, source_format: str,
+    agg: Session,
+    cls: type[Session.Event],
+    key: str,
+    recorded_at: datetime,
+    source_format: str,
     **data: Any,
 ) -> bool:
     """Append one ledger-made event (job decision or command) to ``agg`` unless ``key`` is
@@ -80,7 +84,9 @@ def _idle_for(agg: Session, now: datetime) -> float | None:
     return None if last is None else (now - last).total_seconds()
 
 
-def _evidence(agg: Session, rule: str, threshold_s: int, now: datetime, seen_position: int | None) -> dict[str, Any]:
+def _evidence(
+    agg: Session, rule: str, threshold_s: int, now: datetime, seen_position: int | None
+) -> dict[str, Any]:
     return {
         "rule": rule,
         "threshold_s": threshold_s,
@@ -114,26 +120,44 @@ def apply_liveness_rules(
         lv = agg.liveness
         recovery = agg.batch == 0
         if append_decision(
-            agg, Session.ActivitiesAttached, f"job:unbatched_activity:{version}", recorded_at,
-            SOURCE_FORMAT, batch=1 if recovery else agg.batch, recovery=recovery,
-            versions=tuple(lv.unattached), tool_use_ids=tuple(lv.unattached_tool_use_ids),
-            tool_errors=lv.unattached_errors, first_activity_at=lv.first_unattached_at,
+            agg,
+            Session.ActivitiesAttached,
+            f"job:unbatched_activity:{version}",
+            recorded_at,
+            SOURCE_FORMAT,
+            batch=1 if recovery else agg.batch,
+            recovery=recovery,
+            versions=tuple(lv.unattached),
+            tool_use_ids=tuple(lv.unattached_tool_use_ids),
+            tool_errors=lv.unattached_errors,
+            first_activity_at=lv.first_unattached_at,
             **_evidence(agg, "unbatched_activity", config.idle_batch_s, now, seen_position),
         ):
             decided.append("unbatched_activity")
-    if idle >= config.idle_batch_s and agg.batch_open and agg.batch > 0:
-        if append_decision(
-            agg, Session.BatchClosed, f"job:idle_batch:{agg.batch}:{version}", recorded_at,
-            SOURCE_FORMAT, **_evidence(agg, "idle_batch", config.idle_batch_s, now, seen_position),
-        ):
-            decided.append("idle_batch")
-    if live and idle >= config.idle_session_s:
-        if append_decision(
-            agg, Session.TimedOut, f"job:idle_session:{version}", recorded_at, SOURCE_FORMAT,
+    closing = idle >= config.idle_batch_s and agg.batch_open and agg.batch > 0
+    if closing and append_decision(
+        agg,
+        Session.BatchClosed,
+        f"job:idle_batch:{agg.batch}:{version}",
+        recorded_at,
+        SOURCE_FORMAT,
+        **_evidence(agg, "idle_batch", config.idle_batch_s, now, seen_position),
+    ):
+        decided.append("idle_batch")
+    if (
+        live
+        and idle >= config.idle_session_s
+        and append_decision(
+            agg,
+            Session.TimedOut,
+            f"job:idle_session:{version}",
+            recorded_at,
+            SOURCE_FORMAT,
             status=S.COMPLETED,
             **_evidence(agg, "idle_session", config.idle_session_s, now, seen_position),
-        ):
-            decided.append("idle_session")
+        )
+    ):
+        decided.append("idle_session")
     ended_at = agg.ended_at
     if (
         agg.status in ENDED_STATES
@@ -144,8 +168,13 @@ def apply_liveness_rules(
         evidence = _evidence(agg, "archive_after", config.archive_after_s, now, seen_position)
         evidence["measured_from"] = ended_at
         if append_decision(
-            agg, Session.Archived, f"job:archive_after:{agg.version}", recorded_at, SOURCE_FORMAT,
-            status=S.ARCHIVED, **evidence,
+            agg,
+            Session.Archived,
+            f"job:archive_after:{agg.version}",
+            recorded_at,
+            SOURCE_FORMAT,
+            status=S.ARCHIVED,
+            **evidence,
         ):
             decided.append("archive_after")
     return decided

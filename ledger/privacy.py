@@ -66,7 +66,7 @@ def strip_private_text(text: str) -> tuple[str, int]:
 def redact_text(text: str, path: str = "$") -> tuple[str, list[dict[str, Any]]]:
     """Strip ``<private>`` spans, then redact catalogued secrets, in one string (a hook
     body or a rejected line as text). Returns (text, redaction dicts ``{kind, path,
-    count}``); kinds are ``private_tag`` and the :data:`ledger.secrets.CATALOGUE` kinds."""
+    count}``); kinds are ``private_tag`` and the :func:`ledger.secrets.catalogue` kinds."""
     redactions: list[dict[str, Any]] = []
     return _text(text, path, redactions), redactions
 

@@ -83,8 +83,9 @@ class BatchesProjection(Projection):
         row = rows.get("prompt_batches", key)
         if isinstance(event, Session.BatchClosed):
             if row is not None and row["status"] == "open":
-                row.update(status="completed", ended_at=iso(event.measured_from) or event_time(event),
-                           end_reason=event.reason, last_position=position)
+                ended = iso(event.measured_from) or event_time(event)
+                row.update(status="completed", ended_at=ended, end_reason=event.reason,
+                           last_position=position)
                 rows.put("prompt_batches", key, row)
             return
         if event.recovery and row is None:

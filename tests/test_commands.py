@@ -29,8 +29,18 @@ def client(services: Services) -> Iterator[TestClient]:
 
 
 def _start(services: Services, name: str) -> str:
-    body = {"session_id": name, "cwd": "/tmp", "hook_event_name": "SessionStart", "source": "startup"}
-    assert ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), f"start-{name}").error is None
+    body = {
+        "session_id": name,
+        "cwd": "/tmp",
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+    }
+    assert (
+        ingest_hook(
+            services.ledger, "claude-code", json.dumps(body).encode(), f"start-{name}"
+        ).error
+        is None
+    )
     return str(session_id("claude-code", name))
 
 
@@ -66,7 +76,11 @@ def test_valid_transitions_through_the_api(
     assert client.get(f"/v1/sessions/{sid}").json()["status"] == expected
     last = client.get(f"/v1/sessions/{sid}/events").json()["events"][-1]
     assert (last["kind"], last["command"], last["to_status"], last["by"], last["reason"]) == (
-        "CommandApplied", command, expected, "ops", "test"
+        "CommandApplied",
+        command,
+        expected,
+        "ops",
+        "test",
     )
     history = client.get(f"/v1/sessions/{sid}").json()["status_history"]
     assert history[-1]["to_status"] == expected and history[-1]["cause"] == "CommandApplied"
@@ -96,7 +110,9 @@ def test_unknown_command_and_session(services: Services, client: TestClient) -> 
     assert client.post(f"/v1/sessions/{sid}/commands/pause", content=b"[1]").status_code == 400
 
 
-def test_a_retried_command_with_the_same_key_appends_nothing(services: Services, client: TestClient) -> None:
+def test_a_retried_command_with_the_same_key_appends_nothing(
+    services: Services, client: TestClient
+) -> None:
     sid = _start(services, "api-retry")
     first = client.post(f"/v1/sessions/{sid}/commands/pause", json={"key": "k-1"})
     again = client.post(f"/v1/sessions/{sid}/commands/pause", json={"key": "k-1"})
@@ -104,23 +120,33 @@ def test_a_retried_command_with_the_same_key_appends_nothing(services: Services,
     assert again.json()["appended"] is False and again.json()["positions"] == []
 
 
-def test_fork_copies_the_parents_history_up_to_a_position(services: Services, client: TestClient) -> None:
+def test_fork_copies_the_parents_history_up_to_a_position(
+    services: Services, client: TestClient
+) -> None:
     transcript = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
     import_paths(services.ledger, [transcript])
-    external = next(json.loads(x)["sessionId"] for x in transcript.read_bytes().splitlines()
-                    if json.loads(x).get("sessionId"))
+    external = next(
+        json.loads(x)["sessionId"]
+        for x in transcript.read_bytes().splitlines()
+        if json.loads(x).get("sessionId")
+    )
     parent = str(session_id("claude-code", external))
     events = client.get(f"/v1/sessions/{parent}/events").json()["events"]
     at = events[5]["position"]  # fork after the parent's sixth event
     r = client.post(f"/v1/sessions/{parent}/commands/fork", json={"at": at, "by": "ops"})
     assert r.status_code == 200, r.text
     fork = r.json()["fork_id"]
-    assert r.json()["from_status"] == r.json()["to_status"] == events[-1]["status"]  # parent unchanged
+    assert (
+        r.json()["from_status"] == r.json()["to_status"] == events[-1]["status"]
+    )  # parent unchanged
     child = client.get(f"/v1/sessions/{fork}/events").json()["events"]
     assert child[0]["kind"] == "Opened" and child[0]["parent_id"] == parent
-    assert (child[1]["kind"], child[1]["parent_id"], child[1]["parent_version"], child[1]["parent_position"]) == (
-        "ForkedFrom", parent, 6, at
-    )
+    assert (
+        child[1]["kind"],
+        child[1]["parent_id"],
+        child[1]["parent_version"],
+        child[1]["parent_position"],
+    ) == ("ForkedFrom", parent, 6, at)
     copies = child[2:-1]
     assert [(e["kind"], e["event_key"], e["raw"]) for e in copies] == [
         (e["kind"], e["event_key"], e["raw"]) for e in events[1:6]
@@ -140,8 +166,13 @@ def test_fork_copies_the_parents_history_up_to_a_position(services: Services, cl
 
 def test_cli_session_commands(settings: Settings) -> None:
     body = {"session_id": "cli-session", "cwd": "/tmp", "hook_event_name": "SessionStart"}
-    cli(settings, "hook", "claude-code", stdin=json.dumps(body).encode(),
-        extra_env={"HOOKLEDGER_URL": "http://127.0.0.1:9"})  # spooled, then drained below
+    cli(
+        settings,
+        "hook",
+        "claude-code",
+        stdin=json.dumps(body).encode(),
+        extra_env={"HOOKLEDGER_URL": "http://127.0.0.1:9"},
+    )  # spooled, then drained below
     from api.bootstrap import build
     from ledger.spool import drain
 

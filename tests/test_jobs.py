@@ -35,7 +35,9 @@ def _time(text: str) -> datetime:
 
 def _is_prompt(rec: dict[str, Any]) -> bool:
     """A typed human prompt, read with plain json (not the ledger's parser)."""
-    content = rec.get("message", {}).get("content") if isinstance(rec.get("message"), dict) else None
+    content = (
+        rec.get("message", {}).get("content") if isinstance(rec.get("message"), dict) else None
+    )
     return (
         rec.get("type") == "user"
         and not rec.get("isMeta")
@@ -116,7 +118,9 @@ def test_replay_with_clock_controlled_gaps_times_out_and_a_rebuild_reproduces_it
     before = _snapshot(services, sid)
     assert before["sessions"][0][0] == "COMPLETED"
     assert [(b, s, r) for b, s, _, r, _ in before["prompt_batches"]] == [
-        (1, "completed", "idle_timeout"), (2, "completed", "idle_timeout"), (3, "completed", "idle_timeout")
+        (1, "completed", "idle_timeout"),
+        (2, "completed", "idle_timeout"),
+        (3, "completed", "idle_timeout"),
     ]
     causes = [(f, t, c) for _, f, t, c in before["status_history"]]
     assert sum(1 for _, to, cause in causes if (to, cause) == ("COMPLETED", "TimedOut")) == 2
@@ -144,7 +148,9 @@ def test_an_imported_session_that_never_ended_is_completed_by_the_next_run(
     last = max(_time(r["timestamp"]) for r in records if r.get("timestamp"))
     import_paths(services.ledger, [short])
     report = run_jobs(services)  # the wall clock: months after the recording
-    sid = str(session_id("claude-code", next(r["sessionId"] for r in records if r.get("sessionId"))))
+    sid = str(
+        session_id("claude-code", next(r["sessionId"] for r in records if r.get("sessionId")))
+    )
     assert report.sessions[sid][:2] == ["idle_batch", "idle_session"]
     timed_out = next(e for e in _events(services, sid) if e.kind == "TimedOut")
     assert timed_out.measured_from == last and timed_out.reason == "idle_timeout"
@@ -167,8 +173,15 @@ def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
     _hook(services, t0, "k1", "SessionStart", source="startup")
     tool = {"tool_name": "Bash", "tool_input": {"command": "ls"}}
     _hook(services, t0 + timedelta(seconds=1), "k2", "PreToolUse", tool_use_id="toolu_a", **tool)
-    _hook(services, t0 + timedelta(seconds=2), "k3", "PostToolUse", tool_use_id="toolu_a",
-          tool_response={"stdout": "x"}, **tool)
+    _hook(
+        services,
+        t0 + timedelta(seconds=2),
+        "k3",
+        "PostToolUse",
+        tool_use_id="toolu_a",
+        tool_response={"stdout": "x"},
+        **tool,
+    )
     assert run_jobs(services, t0 + timedelta(minutes=4)).positions == []  # not idle long enough
     report = run_jobs(services, t0 + timedelta(minutes=10))
     assert report.decisions == {"unbatched_activity": 1}
@@ -183,7 +196,8 @@ def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
     assert report.decisions == {"unbatched_activity": 1}
     attached = [e for e in _events(services, sid) if e.kind == "ActivitiesAttached"]
     assert [(e.batch, e.recovery, e.tool_use_ids) for e in attached] == [
-        (1, True, ("toolu_a",)), (2, False, ("toolu_b",))
+        (1, True, ("toolu_a",)),
+        (2, False, ("toolu_b",)),
     ]
     assert _snapshot(services, sid)["tool_calls"] == [("toolu_a", 1), ("toolu_b", 2)]
 
@@ -191,7 +205,12 @@ def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
 def test_sessions_ended_long_ago_are_archived(services: Services) -> None:
     now = datetime(2026, 6, 1, tzinfo=UTC)
     for name, days in (("old", 40), ("recent", 10)):
-        body = {"session_id": name, "cwd": "/tmp", "hook_event_name": "SessionEnd", "reason": "exit"}
+        body = {
+            "session_id": name,
+            "cwd": "/tmp",
+            "hook_event_name": "SessionEnd",
+            "reason": "exit",
+        }
         ended = now - timedelta(days=days)
         ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), f"end-{name}", ended)
     report = run_jobs(services, now)
@@ -200,14 +219,19 @@ def test_sessions_ended_long_ago_are_archived(services: Services) -> None:
     archived = next(e for e in _events(services, old) if e.kind == "Archived")
     assert archived.measured_from == now - timedelta(days=40)
     assert archived.threshold_s == 30 * 86400 and archived.status == "ARCHIVED"
-    assert run_jobs(services, now, JobConfig(archive_after_days=5)).sessions == {recent: ["archive_after"]}
+    assert run_jobs(services, now, JobConfig(archive_after_days=5)).sessions == {
+        recent: ["archive_after"]
+    }
 
 
 def test_cli_jobs_run_once_with_a_given_clock(settings: Settings) -> None:
     short = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
     cli(settings, "import", str(short))
-    last = max(_time(json.loads(x)["timestamp"]) for x in short.read_bytes().splitlines()
-               if json.loads(x).get("timestamp"))
+    last = max(
+        _time(json.loads(x)["timestamp"])
+        for x in short.read_bytes().splitlines()
+        if json.loads(x).get("timestamp")
+    )
     soon = (last + timedelta(minutes=1)).isoformat()
     out = json.loads(cli(settings, "jobs", "run", "--once", "--now", soon, "--json").stdout)
     assert out["decisions"] == {} and out["examined"] == 0
@@ -223,8 +247,12 @@ def test_the_server_runs_the_jobs_in_its_background(settings: Settings) -> None:
     try:
         two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
         body = {"session_id": "served", "cwd": "/tmp", "hook_event_name": "SessionStart"}
-        r = httpx.post(f"{server.url}/v1/hooks/claude-code", content=json.dumps(body),
-                       headers={"X-Hookledger-Captured-At": two_hours_ago}, timeout=30)
+        r = httpx.post(
+            f"{server.url}/v1/hooks/claude-code",
+            content=json.dumps(body),
+            headers={"X-Hookledger-Captured-At": two_hours_ago},
+            timeout=30,
+        )
         assert r.status_code == 202
         sid = r.json()["sessions"][0]
         deadline = time.monotonic() + 60
