@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +32,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.bootstrap import Services
+from api.commands import routes as command_routes
 from api.hook_client import uuid7
+from api.jobs import run_jobs
 from ledger.envelope import raw_record
 from ledger.ingest import HOOK_PARSERS, ingest_hook
 from ledger.sources.claude_common import parse_time
@@ -42,7 +45,8 @@ SPOOL_INTERVAL_S = 0.1
 
 
 class Background:
-    """Keeps projections current and drains the spool, in one thread."""
+    """Keeps projections current and drains the spool, in one thread; runs the liveness
+    jobs (:mod:`api.jobs`) every ``settings.jobs_interval_s`` seconds (0: never)."""
 
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -54,10 +58,15 @@ class Background:
 
     def _run(self) -> None:
         spool = self.services.settings.data_dir / "spool"
+        interval = self.services.settings.jobs_interval_s
+        next_jobs = time.monotonic() + interval
         while not self.stop.is_set():
             try:
                 drain(self.services.ledger, spool)
                 self.services.runner.catch_up()
+                if interval > 0 and time.monotonic() >= next_jobs:
+                    next_jobs = time.monotonic() + interval
+                    run_jobs(self.services)
                 self.error = None
             except Exception as e:  # keep serving; /healthz reports it
                 self.error = e
@@ -152,6 +161,7 @@ def create_app(services: Services) -> Starlette:
             Route("/v1/sessions/{id}", get_session),
             Route("/v1/sessions/{id}/events", session_events),
             Route("/healthz", healthz),
+            *command_routes(services),
         ],
         lifespan=lifespan,
     )

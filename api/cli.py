@@ -235,6 +235,12 @@ def hook(ctx: click.Context, agent: str) -> None:
 from api.cli_export import export_cmd  # noqa: E402 - command modules register after main
 
 main.add_command(export_cmd)
+from api.cli_jobs import jobs as _jobs  # noqa: E402
+
+main.add_command(_jobs)
+from api.cli_commands import session as _session  # noqa: E402
+
+main.add_command(_session)
 
 if __name__ == "__main__":
     main()

@@ -53,8 +53,13 @@ def spool_append(spool_dir: str, agent: str, line: bytes) -> None:
             os.close(fd)
 
 
-def journal_line(agent: str, body: bytes, capture_key: str, captured_at: str) -> bytes:
+def journal_line(
+    agent: str, body: bytes, capture_key: str, captured_at: str, redactions: list[dict] | None = None
+) -> bytes:
+    """One spool journal line; ``redactions`` (kind, path, count) applied at the edge."""
     entry = {"agent": agent, "key": capture_key, "at": captured_at, "body": body.decode("utf-8", "surrogateescape")}
+    if redactions:
+        entry["redactions"] = redactions
     return json.dumps(entry).encode("ascii") + b"\n"
 
 
@@ -89,13 +94,13 @@ def run(agent: str, data_dir: str | None, url: str | None = None, stdin: bytes |
 
 
 def _spool(data_dir: str, agent: str, body: bytes, key: str, at: str) -> None:
-    """Privacy at the edge: ``<private>`` spans never reach the spool file either."""
-    from ledger.privacy import strip_private_text
+    """Privacy at the edge: ``<private>`` spans and secrets never reach the spool file."""
+    from ledger.privacy import redact_text
 
-    text, removed = strip_private_text(body.decode("utf-8", "surrogateescape"))
-    if removed:
+    text, redactions = redact_text(body.decode("utf-8", "surrogateescape"))
+    if redactions:
         body = text.encode("utf-8", "surrogateescape")
     try:
-        spool_append(os.path.join(data_dir, "spool"), agent, journal_line(agent, body, key, at))
+        spool_append(os.path.join(data_dir, "spool"), agent, journal_line(agent, body, key, at, redactions))
     except OSError:
         pass

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -26,6 +26,8 @@ from ledger.mapper import OrjsonTranscoder, PydanticMapper
 from ledger.observation import Observation, Rejected
 from ledger.quarantine import Quarantine, quarantine_id
 from ledger.session import Session
+
+T = TypeVar("T")
 
 MAX_ATTEMPTS = 50
 RETRY_WAIT_S = 0.005
@@ -160,6 +162,34 @@ class Ledger(Application[UUID]):
             result.positions.append(r.notification.id)
             saved.add(r.domain_event.event_key)
             result.sessions_created += isinstance(r.domain_event, Session.Opened)
+
+    def update(self, session_id: UUID, command: Callable[[Session], T]) -> tuple[T, list[int]]:
+        """Load session ``session_id``, run ``command(session)`` (an aggregate command that
+        may append events) and save what it appended, under the write lock; on a version
+        clash with another process, reload and run it again.
+
+        Returns (what ``command`` returned, the appended notification positions).
+        Raises:
+            LookupError: there is no such session.
+        """
+        out: list[tuple[T, list[int]]] = []
+
+        def attempt() -> None:
+            out.clear()
+            agg = self._get(session_id, Session)
+            if agg is None:
+                raise LookupError(f"no such session: {session_id}")
+            value = command(agg)
+            recordings = self.save(agg) if agg.pending_events else []
+            out.append((value, [r.notification.id for r in recordings]))
+
+        with self._write_lock:
+            retry(IntegrityError, max_attempts=MAX_ATTEMPTS, wait=RETRY_WAIT_S)(attempt)()
+        return out[0]
+
+    def session(self, session_id: UUID) -> Session | None:
+        """The current state of session ``session_id`` (None when there is none)."""
+        return self._get(session_id, Session)  # type: ignore[no-any-return]
 
     def _get(self, aggregate_id: UUID, cls: type[Any]) -> Any:
         try:

@@ -21,6 +21,10 @@ class Settings:
     data_dir: Path
     database_url: str | None = None
     database_schema: str | None = None
+    archive_after_days: int = 30
+    """Liveness job: archive sessions ended more than this many days ago."""
+    jobs_interval_s: float = 60.0
+    """How often ``hookledger serve`` runs the liveness jobs (seconds; 0: never)."""
 
     @classmethod
     def from_env(cls, data_dir: str | Path | None = None) -> Settings:
@@ -34,6 +38,8 @@ class Settings:
             data_dir=Path(chosen).expanduser(),
             database_url=os.environ.get("HOOKLEDGER_DATABASE_URL") or None,
             database_schema=os.environ.get("HOOKLEDGER_DATABASE_SCHEMA") or None,
+            archive_after_days=int(os.environ.get("HOOKLEDGER_ARCHIVE_AFTER_DAYS") or 30),
+            jobs_interval_s=float(os.environ.get("HOOKLEDGER_JOBS_INTERVAL_S") or 60),
         )
 
     @property

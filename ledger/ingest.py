@@ -40,16 +40,23 @@ def ingest_hook(
     body: bytes,
     capture_key: str,
     captured_at: datetime | None = None,
+    edge_redactions: list[dict] | None = None,
 ) -> IngestOutcome:
-    """Parse and record one hook body. ``error`` is set when the body was rejected."""
+    """Parse and record one hook body. ``error`` is set when the body was rejected.
+
+    ``edge_redactions``: redactions the hook client already applied to ``body`` before
+    spooling it (``{kind, path, count}``); they are recorded with the first fact (or the
+    rejected input), so a redaction made at the edge is in the log too."""
+    edge = tuple(edge_redactions or ())
     module = HOOK_PARSERS.get(agent)
     source = f"hook:{agent}"
     at = captured_at or datetime.now(UTC)
     if module is None:
         reason = f"unknown agent {agent!r} (known: {', '.join(sorted(HOOK_PARSERS))})"
-        return _reject(ledger, source, capture_key, reason, body, agent)
+        return _reject(ledger, source, capture_key, reason, body, agent, edge)
     if len(body) > MAX_BODY_BYTES:
-        return _reject(ledger, source, capture_key, f"body larger than {MAX_BODY_BYTES} bytes", body, agent)
+        reason = f"body larger than {MAX_BODY_BYTES} bytes"
+        return _reject(ledger, source, capture_key, reason, body, agent, edge)
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -58,14 +65,18 @@ def ingest_hook(
             body.decode("utf-8")
         except UnicodeDecodeError:
             reason = "not valid UTF-8 JSON"
-        return _reject(ledger, source, capture_key, reason, body, agent)
+        return _reject(ledger, source, capture_key, reason, body, agent, edge)
     try:
         observations = module.parse_hook(payload, capture_key, at)
     except claude_hooks.HookPayloadError as e:
-        return _reject(ledger, source, capture_key, str(e), body, agent)
+        return _reject(ledger, source, capture_key, str(e), body, agent, edge)
+    if edge and observations:
+        observations[0].redactions = (*edge, *observations[0].redactions)
     return IngestOutcome(ledger.record(observations))
 
 
-def _reject(ledger: Ledger, source: str, key: str, reason: str, body: bytes, agent: str) -> IngestOutcome:
-    rejected = Rejected(source, f"capture {key}", reason, body, agent, f"{agent}.hook")
+def _reject(
+    ledger: Ledger, source: str, key: str, reason: str, body: bytes, agent: str, edge: tuple = ()
+) -> IngestOutcome:
+    rejected = Rejected(source, f"capture {key}", reason, body, agent, f"{agent}.hook", edge)
     return IngestOutcome(ledger.record([rejected]), error=reason)

@@ -2,12 +2,16 @@
 
 Observed agent facts are never refused (the agent already did it); they move the
 state as DESIGN.md maps them. Commands from people (pause, resume, terminate,
-archive) are validated against :data:`COMMAND_TRANSITIONS`.
+archive, fork) are validated against :data:`COMMAND_TRANSITIONS`. :class:`Liveness`
+is the part of a session's state the liveness jobs (:mod:`ledger.jobs`) measure.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 
 class SessionStatus(StrEnum):
@@ -48,3 +52,95 @@ COMMAND_TRANSITIONS: dict[str, dict[SessionStatus, SessionStatus]] = {
     },
 }
 """command -> {from state: to state}. Anything not listed is an invalid transition."""
+
+COMMAND_TRANSITIONS["fork"] = {s: s for s in SessionStatus}
+"""A fork leaves its parent where it is; it may be taken from any state."""
+
+DECISION_KINDS = frozenset(
+    {"JobDecided", "BatchClosed", "TimedOut", "ActivitiesAttached", "Archived", "CommandApplied",
+     "ForkedFrom"}
+)
+"""Events written by the ledger's jobs and operators, not observed: never activity."""
+
+_BATCH_ACTIVITY = frozenset(
+    {"AssistantReplied", "ToolCallStarted", "ToolCallCompleted", "PermissionRequested"}
+)
+"""Facts that belong inside a prompt batch; outside an open one they are unattached."""
+
+
+@dataclass
+class Liveness:
+    """What the liveness jobs measure, evolved from the session's events (no clock).
+
+    ``last_source_at``: the latest ``occurred_at`` (source clock) of any observed event;
+    ``last_recorded_at``: the latest ledger ``timestamp`` of one (the fallback for a
+    session whose source has no clock); ``last_activity_version``: the stream version of
+    the latest observed event. ``unattached``: versions of batch activity recorded while
+    no batch was open, with their tool calls and failures, until a job attaches them.
+    """
+
+    last_source_at: datetime | None = None
+    last_recorded_at: datetime | None = None
+    last_activity_version: int = 0
+    unattached: list[int] = field(default_factory=list)
+    unattached_tool_use_ids: list[str] = field(default_factory=list)
+    unattached_errors: int = 0
+    first_unattached_at: datetime | None = None
+    ended_by: str | None = None
+    """Why the session last ended when a job or an operator ended it (``idle_timeout``,
+    ``terminate``, …); None when the agent ended it or it is live."""
+
+    def reopen_note(self) -> str:
+        """Text added to a ``Reopened`` reason: what ended the session, if not the agent."""
+        if self.ended_by == "idle_timeout":
+            return " by the idle timeout job (idle_timeout); activity resumed"
+        if self.ended_by:
+            return f" by an operator ({self.ended_by})"
+        return ""
+
+    @property
+    def last_activity_at(self) -> datetime | None:
+        """Idle time is measured from this: the source clock where the session has one."""
+        return self.last_source_at or self.last_recorded_at
+
+    def apply(self, session: Any, event: Any) -> None:
+        kind = type(event).__name__
+        if kind in DECISION_KINDS or kind == "Reopened":
+            self._decided(session, event, kind)
+            return
+        self.last_activity_version = event.originator_version
+        if kind == "Ended":
+            self.ended_by = None
+        if event.occurred_at is not None and (
+            self.last_source_at is None or event.occurred_at > self.last_source_at
+        ):
+            self.last_source_at = event.occurred_at
+        if self.last_recorded_at is None or event.timestamp > self.last_recorded_at:
+            self.last_recorded_at = event.timestamp
+        if kind in _BATCH_ACTIVITY and not session.batch_open:
+            self.unattached.append(event.originator_version)
+            self.first_unattached_at = self.first_unattached_at or event.occurred_at
+            if kind == "ToolCallStarted":
+                self.unattached_tool_use_ids.append(event.tool_use_id)
+            if kind == "ToolCallCompleted" and event.is_error:
+                self.unattached_errors += 1
+
+    def _decided(self, session: Any, event: Any, kind: str) -> None:
+        if kind in ("BatchClosed", "TimedOut"):
+            session.batch_open = False
+        if kind == "Reopened":
+            self.ended_by = None
+        if kind == "TimedOut":
+            session.ended_at = event.measured_from or event.decided_at
+            self.ended_by = "idle_timeout"
+        if kind == "Archived" and self.ended_by is None:
+            self.ended_by = "archive_after"
+        if kind == "ActivitiesAttached":
+            self.unattached.clear()
+            self.unattached_tool_use_ids.clear()
+            self.unattached_errors = 0
+            self.first_unattached_at = None
+        if kind == "CommandApplied" and event.to_status in ENDED_STATES:
+            self.ended_by = self.ended_by or event.command
+            if session.ended_at is None:
+                session.ended_at = event.timestamp

@@ -103,6 +103,8 @@ class Rejected:
     data: bytes
     agent: str = "unknown"
     source_format: str = "unknown"
+    redactions: tuple[Any, ...] = ()
+    """Redactions already applied to ``data`` at the edge (the hook client's spool)."""
 
     @property
     def key(self) -> str:

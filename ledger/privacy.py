@@ -1,10 +1,14 @@
-"""Privacy at the edge: ``<private>…</private>`` content is removed before storage.
+"""Privacy at the edge: ``<private>…</private>`` content is removed and known secret
+shapes (:mod:`ledger.secrets`) are redacted before storage.
 
 Work is linear in the input: one pass of a regex with no nested quantifiers finds the
 tags (``<private>`` / ``</private>``, any case), and pairing them is a scan over the
 matches. An unclosed ``<private>`` removes everything after it (failing closed). The
 removed text is replaced by ``[private]`` and each removal is reported as a
 :class:`~ledger.envelope.Redaction` (kind and JSON path, never the content).
+Secrets are then replaced by ``[redacted:<kind>]`` (one redaction per kind and path);
+a string value under an object key that names a secret (``password``, ``api_key`` …)
+is redacted whole. Standard library only (the hook client imports this module).
 """
 
 from __future__ import annotations
@@ -12,15 +16,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ledger.secrets import may_hold_secret, redact_field_value, redact_secrets
+
 _TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE | re.ASCII)
 PLACEHOLDER = "[private]"
 
 
 def may_hold_private(raw: bytes) -> bool:
     """Cheap, exact pre-check on JSON text: False only when no string in ``raw`` can
-    decode to a tag — no ``private`` in any (ASCII) case and no ``\\u`` escape that
-    could spell one."""
-    return b"\\u" in raw or b"private" in raw.lower()
+    decode to a tag or a catalogued secret — no ``private`` in any (ASCII) case, no
+    ``\\u`` escape that could spell one, and no literal of any secret rule
+    (:func:`ledger.secrets.may_hold_secret`)."""
+    if b"\\u" in raw:
+        return True
+    lowered = raw.lower()
+    return b"private" in lowered or may_hold_secret(raw, lowered)
 
 
 def strip_private_text(text: str) -> tuple[str, int]:
@@ -53,11 +63,29 @@ def strip_private_text(text: str) -> tuple[str, int]:
     return "".join(out), removed
 
 
+def redact_text(text: str, path: str = "$") -> tuple[str, list[dict[str, Any]]]:
+    """Strip ``<private>`` spans, then redact catalogued secrets, in one string (a hook
+    body or a rejected line as text). Returns (text, redaction dicts ``{kind, path,
+    count}``); kinds are ``private_tag`` and the :func:`ledger.secrets.catalogue` kinds."""
+    redactions: list[dict[str, Any]] = []
+    return _text(text, path, redactions), redactions
+
+
+def _text(text: str, path: str, redactions: list[dict[str, Any]]) -> str:
+    cleaned, n = strip_private_text(text)
+    if n:
+        redactions.append({"kind": "private_tag", "path": path, "count": n})
+    cleaned, counts = redact_secrets(cleaned)
+    redactions.extend({"kind": k, "path": path, "count": c} for k, c in counts.items())
+    return cleaned
+
+
 def strip_private(value: Any, path: str = "$") -> tuple[Any, list[dict[str, Any]]]:
-    """Apply :func:`strip_private_text` to every string (values and keys) in a JSON value.
+    """Apply :func:`redact_text` to every string (values and keys) in a JSON value, and
+    redact whole a string value whose key names a secret.
 
     Returns the cleaned value (a new object only where something changed) and a list of
-    redaction dicts ``{"kind": "private_tag", "path": ..., "count": n}``.
+    redaction dicts ``{"kind": ..., "path": ..., "count": n}``.
     """
     redactions: list[dict[str, Any]] = []
     return _walk(value, path, redactions), redactions
@@ -65,17 +93,19 @@ def strip_private(value: Any, path: str = "$") -> tuple[Any, list[dict[str, Any]
 
 def _walk(value: Any, path: str, redactions: list[dict[str, Any]]) -> Any:
     if isinstance(value, str):
-        cleaned, n = strip_private_text(value)
-        if n:
-            redactions.append({"kind": "private_tag", "path": path, "count": n})
-        return cleaned
+        return _text(value, path, redactions)
     if isinstance(value, dict):
-        return {
-            _walk(k, f"{path}.<key>", redactions) if isinstance(k, str) else k: _walk(
-                v, f"{path}.{k}", redactions
-            )
-            for k, v in value.items()
-        }
+        out = {}
+        for k, v in value.items():
+            key = _text(k, f"{path}.<key>", redactions) if isinstance(k, str) else k
+            child = f"{path}.{k}"
+            v = _walk(v, child, redactions)
+            if isinstance(v, str) and isinstance(k, str):
+                v, kind = redact_field_value(k, v)
+                if kind:
+                    redactions.append({"kind": kind, "path": child, "count": 1})
+            out[key] = v
+        return out
     if isinstance(value, list):
         return [_walk(v, f"{path}[{i}]", redactions) for i, v in enumerate(value)]
     return value

@@ -19,7 +19,7 @@ from eventsourcing.utils import get_topic
 
 from ledger.envelope import LedgerEvent, seal
 from ledger.observation import SESSION_NAMESPACE, Rejected
-from ledger.privacy import strip_private_text
+from ledger.privacy import redact_text
 
 MAX_KEPT_BYTES = 16 * 1024 * 1024
 """Bytes of one rejected input kept verbatim; beyond this the size and sha256 remain."""
@@ -81,10 +81,10 @@ class Quarantine(BaseAggregate[UUID]):
         key = rejected.key
         if key in self.seen_keys:
             return 0
-        # Privacy applies to rejected input too: strip <private> spans from the text
-        # (invalid UTF-8 survives via surrogateescape) before anything is stored.
-        stripped, removed = strip_private_text(rejected.data.decode("utf-8", "surrogateescape"))
-        data = stripped.encode("utf-8", "surrogateescape") if removed else rejected.data
+        # Privacy applies to rejected input too: strip <private> spans and redact secrets
+        # in the text (invalid UTF-8 survives via surrogateescape) before anything is stored.
+        cleaned, redactions = redact_text(rejected.data.decode("utf-8", "surrogateescape"))
+        data = cleaned.encode("utf-8", "surrogateescape") if redactions else rejected.data
         kept = data[:MAX_KEPT_BYTES]
         try:
             text = kept.decode("utf-8")
@@ -107,7 +107,7 @@ class Quarantine(BaseAggregate[UUID]):
             "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
             "truncated": len(data) > MAX_KEPT_BYTES,
-            "redactions": [{"kind": "private_tag", "path": "$", "count": removed}] if removed else [],
+            "redactions": [*rejected.redactions, *redactions],
         }
         event = self.InputRejected(**fields)
         event = seal(self.head_digest, event)

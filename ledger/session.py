@@ -19,7 +19,7 @@ from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
 from ledger.envelope import LedgerEvent, Redaction, seal
-from ledger.lifecycle import ENDED_STATES, SessionStatus
+from ledger.lifecycle import ENDED_STATES, Liveness, SessionStatus
 from ledger.observation import Observation, json_hash
 
 S = SessionStatus
@@ -217,6 +217,71 @@ class Session(BaseAggregate[UUID]):
         """The agent resumed a suspended session (OpenClaw ``session_resume``): ACTIVE."""
 
         reason: str | None = None
+    # -- lifecycle: liveness jobs and operator commands (ledger/jobs.py, ledger/commands.py) --
+
+    class JobDecided(Event):
+        """Base of a liveness job's decisions: the evidence an auditor can re-check.
+        ``rule`` (``idle_batch``, ``idle_session``, ``unbatched_activity``,
+        ``archive_after``), ``threshold_s`` (seconds), ``measured_from`` (the latest
+        activity time the rule measured idle time from, on the source's clock where the
+        session has one), ``last_version`` (the stream version the job saw last),
+        ``last_position`` (the notification position of the read model it read) and
+        ``decided_at`` (the job's ``now``)."""
+
+        rule: str
+        threshold_s: int
+        measured_from: datetime | None = None
+        last_version: int
+        last_position: int | None = None
+        decided_at: datetime
+
+    class BatchClosed(JobDecided):
+        """A prompt batch with no activity for ``threshold_s`` was closed (``batch``)."""
+
+        reason: str = "idle_timeout"
+
+    class TimedOut(JobDecided):
+        """The session had no activity for ``threshold_s`` and was completed."""
+
+        reason: str = "idle_timeout"
+
+    class ActivitiesAttached(JobDecided):
+        """Activity that arrived outside any open batch was attached to ``batch``: the
+        latest batch, or a new recovery batch (``recovery``) when there was none.
+        ``versions`` are the attached events' stream versions; ``tool_use_ids`` their
+        tool calls, ``tool_errors`` how many of those failed."""
+
+        recovery: bool = False
+        versions: tuple[int, ...] = ()
+        tool_use_ids: tuple[str, ...] = ()
+        tool_errors: int = 0
+        first_activity_at: datetime | None = None
+
+    class Archived(JobDecided):
+        """A session ended more than ``threshold_s`` ago was archived."""
+
+    class CommandApplied(Event):
+        """An operator's command (``pause``, ``resume``, ``terminate``, ``archive``,
+        ``fork``) moved the session from ``from_status`` to ``to_status`` (``status``).
+        ``by`` names who asked; ``fork_id`` is the new session of a fork."""
+
+        command: str
+        from_status: SessionStatus
+        to_status: SessionStatus
+        by: str | None = None
+        reason: str | None = None
+        fork_id: UUID | None = None
+
+    class ForkedFrom(Event):
+        """Second event of a forked session: the history that follows (events 3 ..
+        ``parent_version`` + 1) is a copy of ``parent_id``'s events 2 .. ``parent_version``
+        (same classes, payloads and event keys; re-chained), up to notification position
+        ``parent_position``."""
+
+        parent_id: UUID
+        parent_version: int
+        parent_position: int | None = None
+        by: str | None = None
 
     EVENT_CLASSES: ClassVar[dict[str, type[Session.Event]]] = {}
 
@@ -242,6 +307,7 @@ class Session(BaseAggregate[UUID]):
         self.ended_at: datetime | None = None
         self.hook_prompt_counts: dict[str, int] = {}
         self.unpaired_calls: dict[str, tuple[str, str]] = {}
+        self.liveness = Liveness()
         self._now = self.created_on
 
     # -- construction -------------------------------------------------------------
@@ -302,7 +368,8 @@ class Session(BaseAggregate[UUID]):
                 batch=self.batch,
                 raw=None,
                 data={
-                    "reason": f"{obs.kind} after the session was {self.status.value.lower()}",
+                    "reason": f"{obs.kind} after the session was {self.status.value.lower()}"
+                    + self.liveness.reopen_note(),
                     "from_status": self.status,
                     "cause_key": obs.key,
                 },
@@ -428,6 +495,7 @@ class Session(BaseAggregate[UUID]):
                 pass
             case _:
                 pass
+        self.liveness.apply(self, event)
 
 
 def opens_batch(data: dict[str, Any]) -> bool:

@@ -49,8 +49,10 @@ def _ingest_line(ledger: Ledger, source: str, lineno: int, line: bytes) -> Recor
         entry = orjson.loads(line)
         agent, key, body = entry["agent"], entry["key"], entry["body"]
         at: datetime | None = parse_time(entry.get("at"))
+        edge = entry.get("redactions") or []
+        edge = [r for r in edge if isinstance(r, dict) and {"kind", "path", "count"} <= set(r)]
         raw = body.encode("utf-8", "surrogateescape")
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         return ledger.record([Rejected(f"spool:{Path(source).name.split('.')[0]}", f"line {lineno}",
                                        f"not a spool journal entry: {e}", line)])
-    return ingest_hook(ledger, agent, raw, key, at).result
+    return ingest_hook(ledger, agent, raw, key, at, edge_redactions=edge).result

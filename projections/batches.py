@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.session import Session
-from projections.base import Batch, Projection, event_time, session_events
+from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
 from projections.sessions import TOKENS, usage_cost
 
@@ -37,6 +37,9 @@ class BatchesProjection(Projection):
         rows.prefetch("batch_usage", usage)
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
+        if isinstance(event, Session.BatchClosed | Session.ActivitiesAttached):
+            self._lifecycle(rows, position, event)
+            return
         if not isinstance(event, Session.Event):
             return
         sid = str(event.originator_id)
@@ -53,24 +56,10 @@ class BatchesProjection(Projection):
             ):
                 return
             self._close(rows, (sid, event.batch - 1), at, "next_prompt")
-            row = {
-                "session_id": sid,
-                "batch": event.batch,
-                "prompt": event.text,
-                "prompt_kind": event.prompt_kind,
-                "status": "open",
-                "started_at": at,
-                "ended_at": None,
-                "end_reason": None,
-                "tool_call_count": 0,
-                "tool_error_count": 0,
-                "last_assistant_message": None,
-                **dict.fromkeys(TOKENS, 0),
-                "cost_usd": 0.0,
-                "unpriced_tokens": 0,
-                "agent_cost_usd": None,
-                "first_position": position,
-            }
+            row = _new_row(
+                sid, event.batch, position, prompt=event.text, prompt_kind=event.prompt_kind,
+                started_at=at,
+            )
         row["last_position"] = position
         match event:
             case Session.ToolCallStarted():
@@ -118,6 +107,26 @@ class BatchesProjection(Projection):
         if row is not None:
             _add(row, new, +1)
         rows.put("batch_usage", key, new)
+    def _lifecycle(self, rows: RowCache, position: int, event: Any) -> None:
+        """Liveness job decisions: an idle batch closed; unbatched activity attached to
+        the latest batch, or to a new recovery batch (no prompt)."""
+        key = (str(event.originator_id), event.batch)
+        row = rows.get("prompt_batches", key)
+        if isinstance(event, Session.BatchClosed):
+            if row is not None and row["status"] == "open":
+                ended = iso(event.measured_from) or event_time(event)
+                row.update(status="completed", ended_at=ended, end_reason=event.reason,
+                           last_position=position)
+                rows.put("prompt_batches", key, row)
+            return
+        if event.recovery and row is None:
+            row = _new_row(
+                key[0], event.batch, position, prompt_kind="recovery", status="completed",
+                started_at=iso(event.first_activity_at), ended_at=iso(event.measured_from),
+                end_reason="recovery", tool_call_count=len(event.tool_use_ids),
+                tool_error_count=event.tool_errors, last_position=position,
+            )
+            rows.put("prompt_batches", key, row)
 
     def _close(self, rows: RowCache, key: tuple[str, int], at: str | None, reason: str) -> None:
         previous = rows.get("prompt_batches", key)
@@ -132,3 +141,27 @@ def _add(row: dict[str, Any], usage: dict[str, Any], sign: int) -> None:
     for t in (*TOKENS, "unpriced_tokens"):
         row[t] += sign * usage[t]
     row["cost_usd"] += sign * (usage["cost_usd"] or 0.0)
+
+
+def _new_row(sid: str, batch: int, position: int, **values: Any) -> dict[str, Any]:
+    """A ``prompt_batches`` row with every column set (an open, empty batch), then
+    ``values``."""
+    return {
+        "session_id": sid,
+        "batch": batch,
+        "prompt": None,
+        "prompt_kind": None,
+        "status": "open",
+        "started_at": None,
+        "ended_at": None,
+        "end_reason": None,
+        "tool_call_count": 0,
+        "tool_error_count": 0,
+        "last_assistant_message": None,
+        **dict.fromkeys(TOKENS, 0),
+        "cost_usd": 0.0,
+        "unpriced_tokens": 0,
+        "agent_cost_usd": None,
+        "first_position": position,
+        **values,
+    }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.lifecycle import ENDED_STATES
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.pricing import cost_usd
@@ -114,6 +115,10 @@ class SessionsProjection(Projection):
                 row["ended_at"] = at or event_time(event)
             case Session.Reopened():
                 row["ended_at"] = None
+            case Session.TimedOut():  # lifecycle: ended at its last activity
+                row["ended_at"] = iso(event.measured_from) or event_time(event)
+            case Session.CommandApplied() if event.to_status in ENDED_STATES:
+                row["ended_at"] = row["ended_at"] or event_time(event)
             case Session.LinkedToParent():
                 row["parent_id"] = row["parent_id"] or str(event.parent_id)
                 row["parent_tool_use_id"] = event.parent_tool_use_id

@@ -35,10 +35,23 @@ class ToolCallsProjection(Projection):
                 (str(e.originator_id), e.tool_use_id)
                 for _, e in session_events(batch)
                 if isinstance(e, Session.ToolCallStarted | Session.ToolCallCompleted)
+            ]
+            + [
+                (str(e.originator_id), t)
+                for _, e in session_events(batch)
+                if isinstance(e, Session.ActivitiesAttached)
+                for t in e.tool_use_ids
             ],
         )
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
+        if isinstance(event, Session.ActivitiesAttached) and event.recovery:
+            for tool_use_id in event.tool_use_ids:  # lifecycle: moved into a recovery batch
+                found = rows.get("tool_calls", (str(event.originator_id), tool_use_id))
+                if found is not None:
+                    found["batch"] = event.batch
+                    rows.put("tool_calls", (str(event.originator_id), tool_use_id), found)
+            return
         if not isinstance(event, Session.ToolCallStarted | Session.ToolCallCompleted):
             return
         key = (str(event.originator_id), event.tool_use_id)

@@ -77,6 +77,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """Environment for a subprocess (CLI or server) using ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
     env["HOOKLEDGER_DATA_DIR"] = str(settings.data_dir)
+    # liveness jobs run only when a test asks (clock-controlled), never on the wall clock
+    env["HOOKLEDGER_JOBS_INTERVAL_S"] = str(settings.jobs_interval_s if settings.jobs_interval_s != 60 else 0)
     if settings.database_url:
         env["HOOKLEDGER_DATABASE_URL"] = settings.database_url
     if settings.database_schema:

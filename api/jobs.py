@@ -1,0 +1,101 @@
+"""The liveness job runner: reads the read models for candidate sessions and runs the
+rules of :mod:`ledger.jobs` on each (the decisions themselves are aggregate commands).
+
+Run by the server every :data:`INTERVAL_S` seconds (``api.app.Background``) and by
+``hookledger jobs run --once [--now ISO]`` (cron, tests). The read models only nominate
+sessions; each aggregate re-checks the rule against its own state, so a lagging read
+model can cause no wrong decision, only a later one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import func, or_, select
+
+from ledger.jobs import JobConfig, apply_liveness_rules, decide
+from ledger.lifecycle import ENDED_STATES, SessionStatus
+from projections.base import iso
+
+INTERVAL_S = 60.0
+
+
+@dataclass
+class JobReport:
+    """What one run did: sessions examined, decisions by rule, appended positions."""
+
+    now: str
+    examined: int = 0
+    decisions: dict[str, int] = field(default_factory=dict)
+    positions: list[int] = field(default_factory=list)
+    sessions: dict[str, list[str]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now,
+            "examined": self.examined,
+            "decisions": self.decisions,
+            "appended": len(self.positions),
+            "sessions": self.sessions,
+        }
+
+
+def candidates(services: Any, now: datetime, config: JobConfig) -> list[tuple[str, int]]:
+    """(session id, head position) of sessions a rule may apply to: live ones idle for
+    at least the batch threshold, and ended ones past the archive threshold."""
+    t = services.models.table("sessions")
+    ended = [s.value for s in ENDED_STATES]
+    last = func.coalesce(t.c.last_activity_at, t.c.last_recorded_at)
+    idle_live = (t.c.status.not_in([*ended, SessionStatus.PAUSED.value])) & (
+        last <= iso(now - timedelta(seconds=config.idle_batch_s))
+    )
+    old_ended = (t.c.status.in_([s for s in ended if s != SessionStatus.ARCHIVED.value])) & (
+        func.coalesce(t.c.ended_at, t.c.last_recorded_at)
+        <= iso(now - timedelta(seconds=config.archive_after_s))
+    )
+    # PAUSED sessions may still hold unattached activity or an open batch.
+    paused = t.c.status == SessionStatus.PAUSED.value
+    query = (
+        select(t.c.id, t.c.head_position)
+        .where(
+            or_(
+                idle_live,
+                old_ended,
+                paused & (last <= iso(now - timedelta(seconds=config.idle_batch_s))),
+            )
+        )
+        .order_by(t.c.id)
+    )
+    with services.models.engine.connect() as conn:
+        return [(r[0], int(r[1])) for r in conn.execute(query)]
+
+
+def run_jobs(
+    services: Any, now: datetime | None = None, config: JobConfig | None = None
+) -> JobReport:
+    """Catch the read models up, then run the liveness rules on every candidate session.
+
+    ``now`` (UTC; default: the wall clock) is the time the rules measure idle time to.
+    """
+    now = now or datetime.now(UTC)
+    config = config or JobConfig(archive_after_days=services.settings.archive_after_days)
+    services.runner.catch_up()
+    report = JobReport(now=iso(now) or "")
+    for sid, position in candidates(services, now, config):
+        report.examined += 1
+        rules, positions = decide(
+            services.ledger,
+            UUID(sid),
+            lambda agg, p=position: apply_liveness_rules(agg, now, config, datetime.now(UTC), p),
+        )
+        for rule in rules:
+            report.decisions[rule] = report.decisions.get(rule, 0) + 1
+        if rules:
+            report.sessions[sid] = rules
+        report.positions.extend(positions)
+    if report.positions:
+        services.runner.catch_up()
+    return report

@@ -1,0 +1,274 @@
+"""Secret redaction at capture: a catalogue of known secret shapes.
+
+Each :class:`Rule` names a ``kind`` (the placeholder says it: ``[redacted:<kind>]``),
+the literals a match must contain (``any_of``: at least one; ``all_of``: every one), and
+a regex. Where the regex has a group named ``v`` only that group is replaced (the
+``Bearer`` or ``NAME=`` in front stays readable); otherwise the whole match is.
+
+Work is linear in the input: every quantifier is bounded, no quantifier is nested
+inside another, and a rule's regex only runs on a string that holds one of its
+literals. :func:`may_hold_secret` is the byte-level pre-check on raw JSON text: it is
+False only when no string in the text can decode to a match (every literal is made of
+characters JSON never needs to escape; ``\\u`` and ``\\/`` escapes, which could hide
+one, make it True).
+
+Standard library only: the hook client (``api/hook_client.py``) imports it on its
+spool path. Shapes follow the providers' published token formats and the public
+gitleaks / GitHub secret-scanning catalogues; see ``docs/privacy.md`` for the table.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PLACEHOLDER = "[redacted:{}]"
+_PLACEHOLDER_PREFIX = "[redacted:"
+
+# A token must not continue a longer word on either side (in raw JSON text a ``\n``,
+# ``\r`` or ``\t`` escape in front counts as a separator).
+_L = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
+_LW = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
+_R = r"(?![A-Za-z0-9_\-])"
+# The value of an assignment: a quoted string, or a bare word (JSON escape pairs kept
+# whole, so redacting inside raw JSON text leaves it valid JSON). ``$``, brackets and
+# parentheses end a bare word: ``KEY=$OTHER`` or ``KEY = os.environ[...]`` is code.
+_VALUE = (
+    r"(?:\\?[\"'])?(?!\[redacted:)"
+    r"(?P<v>(?<=[\"'])[^\"'\\\r\n]{6,512}(?=\\?[\"'])"
+    r"|(?:[^\s\"'\\$`,;()\[\]{}<>]|\\[^u\"'\snrt]){6,512})"
+)
+_ASSIGN = r"(?:\\?[\"'])?\s{0,4}[=:]\s{0,4}"
+
+_SECRET_NAME_SUFFIXES = (
+    "_KEY", "_SECRET", "_TOKEN", "PASSWORD", "PASSWD", "_PWD", "_PASS", "_CREDENTIALS",
+    "_CREDENTIAL",
+)
+_SECRET_NAMES = frozenset({"SECRET", "TOKEN", "PASSWORD", "PASSWD", "APIKEY", "API_KEY"})
+_NOT_SECRET_NAMES = frozenset(
+    {"PUBLIC_KEY", "PRIMARY_KEY", "FOREIGN_KEY", "SORT_KEY", "PARTITION_KEY"}
+)
+
+
+def _env_name_is_secret(m: re.Match[str]) -> bool:
+    name = m.group("name")
+    if name in _NOT_SECRET_NAMES or name.endswith(("_PUBLIC_KEY", "_ID_KEY", "_MAX_TOKENS")):
+        return False
+    return name in _SECRET_NAMES or name.endswith(_SECRET_NAME_SUFFIXES)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_.]{1,512}", re.ASCII)
+
+
+def _looks_like_password(m: re.Match[str]) -> bool:
+    """``password = password`` and ``password: string`` are code: a bare (unquoted) value
+    made of letters, ``_`` and ``.`` only is taken for an identifier, not a password."""
+    quoted = m.start("v") > 0 and m.string[m.start("v") - 1] in "\"'"
+    return quoted or _IDENTIFIER.fullmatch(m.group("v")) is None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One secret shape. ``ignore_case``: literals are checked on the lower-cased text
+    (and are given lower-case)."""
+
+    kind: str
+    any_of: tuple[str, ...]
+    pattern: re.Pattern[str]
+    all_of: tuple[str, ...] = ()
+    ignore_case: bool = False
+    accept: Callable[[re.Match[str]], bool] | None = None
+
+    def may_match(self, text: str, lowered: str) -> bool:
+        hay = lowered if self.ignore_case else text
+        return any(s in hay for s in self.any_of) and all(s in hay for s in self.all_of)
+
+
+def _r(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags | re.ASCII)
+
+
+_I = re.IGNORECASE
+
+_FIELD_ENDS = {
+    end + quote
+    for end in (b"password", b"passwd", b"secret", b"key", b"token")
+    for quote in (b'"', b'\\"')
+}
+"""How every object key :func:`secret_field` accepts ends in JSON text (lower-cased), as a
+key of the record itself or of JSON text inside one of its strings (``\\"``)."""
+
+
+@functools.cache
+def catalogue() -> tuple[Rule, ...]:
+    """The catalogue, applied in this order (a redacted span is not matched again).
+    Built on first use (compiling ~35 patterns is not done at import time)."""
+    return (
+        # -- private keys first: a key block may contain shapes of other rules -----------
+        Rule("private_key", ("PRIVATE KEY",), _r(
+            r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----[^\"-]{0,32768}"
+            r"(?:-----END[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----)?")),
+        # -- cloud providers ---------------------------------------------------------------
+        Rule("aws_access_key_id", ("AKIA", "ASIA", "ABIA", "ACCA"),
+             _r(_L + r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _R)),
+        Rule("aws_secret_access_key", ("secret",), _r(
+            r"aws_?secret_?(?:access_?)?key" + _ASSIGN
+            + r"(?:\\?[\"'])?(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+            _I), ignore_case=True),
+        Rule("gcp_api_key", ("AIza",), _r(_L + r"AIza[0-9A-Za-z_\-]{35}" + _R)),
+        Rule("gcp_service_account_key_id", ("private_key_id",), _r(
+            r"private_key_id" + _ASSIGN + r"(?:\\?\")?(?P<v>[0-9a-f]{40})(?![0-9a-f])")),
+        Rule("gcp_oauth_client_secret", ("GOCSPX-",), _r(_L + r"GOCSPX-[A-Za-z0-9_\-]{28}" + _R)),
+        Rule("gcp_oauth_access_token", ("ya29.",), _r(_L + r"ya29\.[A-Za-z0-9_\-]{20,2048}" + _R)),
+        Rule("azure_storage_account_key", ("accountkey",), _r(
+            r"AccountKey\s{0,4}=\s{0,4}(?P<v>[A-Za-z0-9+/]{86}==)", _I), ignore_case=True),
+        Rule("azure_sas_signature", ("sig=",), _r(
+            r"[?&;]sig=(?P<v>[A-Za-z0-9%+/]{40,256}={0,2})")),
+        Rule("azure_client_secret", ("Q~",), _r(
+            _L + r"[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.\-]{31,34}" + _R)),
+        # -- source hosts ------------------------------------------------------------------
+        Rule("github_pat", ("ghp_",), _r(_L + r"ghp_[A-Za-z0-9]{36,251}" + _R)),
+        Rule("github_fine_grained_pat", ("github_pat_",), _r(
+            _L + r"github_pat_[A-Za-z0-9_]{50,244}" + _R)),
+        Rule("github_oauth_token", ("gho_",), _r(_L + r"gho_[A-Za-z0-9]{36,251}" + _R)),
+        Rule("github_user_token", ("ghu_",), _r(_L + r"ghu_[A-Za-z0-9]{36,251}" + _R)),
+        Rule("github_app_token", ("ghs_",), _r(_L + r"ghs_[A-Za-z0-9]{36,251}" + _R)),
+        Rule("github_refresh_token", ("ghr_",), _r(_L + r"ghr_[A-Za-z0-9]{36,251}" + _R)),
+        Rule("gitlab_token", ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-"), _r(
+            _L + r"gl(?:pat|dt|rt|ptt|ft|soat)-[A-Za-z0-9_\-]{20,64}" + _R)),
+        # -- AI providers (Anthropic before OpenAI: both start with sk-) ---------------------
+        Rule("anthropic_api_key", ("sk-ant-",), _r(_L + r"sk-ant-[A-Za-z0-9_\-]{20,200}" + _R)),
+        Rule("openai_api_key", ("sk-",), _r(
+            _L + r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,200}" + _R)),
+        Rule("huggingface_token", ("hf_",), _r(_L + r"hf_[A-Za-z]{34}" + _R)),
+        # -- chat, payments, mail, registries ------------------------------------------------
+        Rule("slack_token", ("xoxb-", "xoxa-", "xoxp-", "xoxr-", "xoxs-", "xoxe-", "xapp-"), _r(
+            _L + r"(?:xox[abeprs](?:\.[a-z]{1,8})?|xapp)-[A-Za-z0-9\-]{10,250}" + _R)),
+        Rule("slack_webhook_url", ("hooks.slack.com",), _r(
+            r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/(?P<v>[A-Za-z0-9_\-]{4,20}"
+            r"(?:\\?/[A-Za-z0-9_\-]{4,64}){1,3})")),
+        Rule("stripe_secret_key", ("sk_live_", "sk_test_", "rk_live_", "rk_test_"), _r(
+            _L + r"[rs]k_(?:live|test)_[A-Za-z0-9]{16,247}" + _R)),
+        Rule("stripe_webhook_secret", ("whsec_",), _r(_L + r"whsec_[A-Za-z0-9+/]{24,64}" + _R)),
+        Rule("sendgrid_api_key", ("SG.",), _r(
+            _L + r"SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + _R)),
+        Rule("npm_token", ("npm_",), _r(_L + r"npm_[A-Za-z0-9]{36}" + _R)),
+        Rule("npm_auth_token", ("_authToken",), _r(
+            r"_authToken\s{0,4}=\s{0,4}(?P<v>[^\s\"'\\$]{8,512})")),
+        Rule("pypi_token", ("pypi-AgEIcHlwaS5vcmc",), _r(
+            r"pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,300}")),
+        # -- generic shapes ----------------------------------------------------------------
+        Rule("jwt", ("eyJ",), _r(
+            _L + r"eyJ[A-Za-z0-9_\-]{8,4096}\.eyJ[A-Za-z0-9_\-]{8,8192}"
+            r"\.[A-Za-z0-9_\-]{8,4096}" + _R)),
+        Rule("bearer_token", ("bearer",), _r(
+            _LW + r"bearer\s{1,4}(?!\[redacted:)(?P<v>[A-Za-z0-9\-._~+/]{16,4096}=*)", _I),
+            ignore_case=True),
+        Rule("basic_auth", ("basic",), _r(
+            r"authorization(?:\\?[\"'])?\s{0,4}:\s{0,4}(?:\\?[\"'])?basic\s{1,4}(?P<v>[A-Za-z0-9+/]{8,1024}=*)",
+            _I), all_of=("authorization",), ignore_case=True),
+        Rule("url_password", ("@",), _r(
+            r"[A-Za-z][A-Za-z0-9+.\-]{0,20}:(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
+            r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("//",)),
+        Rule("env_secret_assignment", ("KEY", "SECRET", "TOKEN", "PASS", "PWD", "CREDENTIAL"), _r(
+            _LW + r"(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
+            accept=_env_name_is_secret),
+        Rule("secret_field", tuple(e.decode() for e in sorted(_FIELD_ENDS)), _r(
+            _L + r"(?P<name>[A-Za-z_][A-Za-z0-9_\-]{0,64})\\?\"\s{0,4}:\s{0,4}\\?\""
+            r"(?!\[redacted:)(?P<v>(?:[^\"\\\r\n]|\\[^\"]){6,512})(?=\\?\")"),
+            ignore_case=True, accept=lambda m: secret_field(m.group("name"))),
+        Rule("password_assignment", ("password", "passwd"), _r(
+            r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))(?:password|passwd)" + _ASSIGN + _VALUE, _I),
+            ignore_case=True, accept=_looks_like_password),
+    )
+
+
+@functools.cache
+def _raw_literals() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """(case-sensitive literals, lower-case literals) of the pre-check."""
+    rules = catalogue()
+    exact = {s.encode() for r in rules if not r.ignore_case for s in r.any_of}
+    lower = {s.encode() for r in rules if r.ignore_case for s in r.any_of} | _FIELD_ENDS
+    return tuple(sorted(exact)), tuple(sorted(lower))
+
+
+def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
+    """Exact pre-check on JSON text (bytes): False only when no string in ``raw`` can
+    decode to a match of any rule. ``lowered`` is ``raw.lower()`` if the caller has it."""
+    if b"\\u" in raw or b"\\/" in raw:
+        return True
+    exact, lower = _raw_literals()
+    if any(s in raw for s in exact):
+        return True
+    low = raw.lower() if lowered is None else lowered
+    return any(s in low for s in lower)
+
+
+def redact_secrets(text: str) -> tuple[str, dict[str, int]]:
+    """Replace every catalogued secret in ``text`` by ``[redacted:<kind>]``.
+
+    Returns the text (the same object when nothing matched) and ``{kind: count}``.
+    """
+    counts: dict[str, int] = {}
+    lowered = text.lower()
+    for rule in catalogue():
+        if not rule.may_match(text, lowered):
+            continue
+        n = 0
+
+        def replace(m: re.Match[str], rule: Rule = rule) -> str:
+            nonlocal n
+            if rule.accept is not None and not rule.accept(m):
+                return m.group(0)
+            n += 1
+            placeholder = PLACEHOLDER.format(rule.kind)
+            if "v" not in m.re.groupindex:
+                return placeholder
+            whole, start = m.group(0), m.start()
+            return whole[: m.start("v") - start] + placeholder + whole[m.end("v") - start :]
+
+        new = rule.pattern.sub(replace, text)
+        if n:
+            counts[rule.kind] = n
+            text = new
+            lowered = text.lower()
+    return text, counts
+
+
+_FIELD = re.compile(
+    r"(?:.{0,64}[_\-.])?(?:password|passwd|secret|api_?key|access_?token|refresh_?token"
+    r"|auth_?token|client_?secret|secret_?key|private_?key|token)",
+    re.ASCII | re.DOTALL,
+)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])", re.ASCII)
+
+
+def secret_field(name: str) -> bool:
+    """True when a JSON object key names a secret (``password``, ``api_key``, ``apiKey``,
+    ``client_secret``, ``GITHUB_TOKEN`` …; not ``jsonwebtoken`` or ``input_tokens``):
+    its string value is redacted whole."""
+    if len(name) > 80:
+        return False
+    snake = _CAMEL.sub("_", name).lower()
+    return _FIELD.fullmatch(snake) is not None and not snake.endswith("public_key")
+
+
+_HEX40 = re.compile(r"[0-9a-f]{40}", re.ASCII)
+
+
+def redact_field_value(name: str, value: str) -> tuple[str, str | None]:
+    """Redact ``value`` whole when the JSON object key ``name`` names a secret and the
+    value is a non-trivial string not already redacted. Returns (value, kind or None):
+    kind ``gcp_service_account_key_id`` for a service-account ``private_key_id``,
+    ``secret_field`` for the names :func:`secret_field` accepts."""
+    if len(value) < 6 or _PLACEHOLDER_PREFIX in value:
+        return value, None
+    if name == "private_key_id" and _HEX40.fullmatch(value):
+        kind = "gcp_service_account_key_id"
+    elif secret_field(name):
+        kind = "secret_field"
+    else:
+        return value, None
+    return PLACEHOLDER.format(kind), kind

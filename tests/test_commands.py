@@ -1,0 +1,204 @@
+"""Operator commands through the HTTP API (the real app on the real store) and the CLI:
+every command's valid and invalid transitions; an invalid one is refused (409 / exit 1)
+with the state and the allowed transitions named, and appends nothing. Fork copies the
+parent's history up to a position."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from uuid import UUID
+
+import pytest
+from conftest import FIXTURES, cli
+from starlette.testclient import TestClient
+
+from api.app import create_app
+from api.bootstrap import Services
+from ledger.config import Settings
+from ledger.importer import import_paths
+from ledger.ingest import ingest_hook
+from ledger.lifecycle import COMMAND_TRANSITIONS
+from ledger.observation import session_id
+
+
+@pytest.fixture
+def client(services: Services) -> Iterator[TestClient]:
+    with TestClient(create_app(services)) as c:
+        yield c
+
+
+def _start(services: Services, name: str) -> str:
+    body = {
+        "session_id": name,
+        "cwd": "/tmp",
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+    }
+    assert (
+        ingest_hook(
+            services.ledger, "claude-code", json.dumps(body).encode(), f"start-{name}"
+        ).error
+        is None
+    )
+    return str(session_id("claude-code", name))
+
+
+# (command, state to put the session in first via other commands, expected new state)
+VALID = [
+    ("pause", [], "PAUSED"),
+    ("resume", ["pause"], "ACTIVE"),
+    ("terminate", [], "TERMINATED"),
+    ("terminate", ["pause"], "TERMINATED"),
+    ("archive", ["terminate"], "ARCHIVED"),
+]
+# (command, commands first, the state it is refused in)
+INVALID = [
+    ("pause", ["pause"], "PAUSED"),
+    ("resume", [], "ACTIVE"),
+    ("terminate", ["terminate"], "TERMINATED"),
+    ("archive", [], "ACTIVE"),
+    ("archive", ["pause"], "PAUSED"),
+    ("resume", ["terminate", "archive"], "ARCHIVED"),
+]
+
+
+@pytest.mark.parametrize(("command", "before", "expected"), VALID, ids=lambda v: str(v))
+def test_valid_transitions_through_the_api(
+    services: Services, client: TestClient, command: str, before: list[str], expected: str
+) -> None:
+    sid = _start(services, "api-valid")
+    for c in before:
+        assert client.post(f"/v1/sessions/{sid}/commands/{c}").status_code == 200
+    r = client.post(f"/v1/sessions/{sid}/commands/{command}", json={"by": "ops", "reason": "test"})
+    assert r.status_code == 200, r.text
+    assert r.json()["to_status"] == expected and len(r.json()["positions"]) == 1
+    assert client.get(f"/v1/sessions/{sid}").json()["status"] == expected
+    last = client.get(f"/v1/sessions/{sid}/events").json()["events"][-1]
+    assert (last["kind"], last["command"], last["to_status"], last["by"], last["reason"]) == (
+        "CommandApplied",
+        command,
+        expected,
+        "ops",
+        "test",
+    )
+    history = client.get(f"/v1/sessions/{sid}").json()["status_history"]
+    assert history[-1]["to_status"] == expected and history[-1]["cause"] == "CommandApplied"
+
+
+@pytest.mark.parametrize(("command", "before", "state"), INVALID, ids=lambda v: str(v))
+def test_invalid_transitions_are_refused_with_409_and_append_nothing(
+    services: Services, client: TestClient, command: str, before: list[str], state: str
+) -> None:
+    sid = _start(services, "api-invalid")
+    for c in before:
+        assert client.post(f"/v1/sessions/{sid}/commands/{c}").status_code == 200
+    head = services.ledger.max_position()
+    r = client.post(f"/v1/sessions/{sid}/commands/{command}")
+    assert r.status_code == 409
+    body = r.json()
+    assert body["status"] == state and state in body["error"]
+    allowed = sorted(s.value for s in COMMAND_TRANSITIONS[command])
+    assert body["allowed_from"] == allowed and all(s in body["error"] for s in allowed)
+    assert services.ledger.max_position() == head
+
+
+def test_unknown_command_and_session(services: Services, client: TestClient) -> None:
+    sid = _start(services, "api-unknown")
+    assert client.post(f"/v1/sessions/{sid}/commands/explode").status_code == 400
+    assert client.post("/v1/sessions/no-such-session/commands/pause").status_code == 404
+    assert client.post(f"/v1/sessions/{sid}/commands/pause", content=b"[1]").status_code == 400
+
+
+def test_a_retried_command_with_the_same_key_appends_nothing(
+    services: Services, client: TestClient
+) -> None:
+    sid = _start(services, "api-retry")
+    first = client.post(f"/v1/sessions/{sid}/commands/pause", json={"key": "k-1"})
+    again = client.post(f"/v1/sessions/{sid}/commands/pause", json={"key": "k-1"})
+    assert first.status_code == again.status_code == 200
+    assert again.json()["appended"] is False and again.json()["positions"] == []
+
+
+def test_fork_copies_the_parents_history_up_to_a_position(
+    services: Services, client: TestClient
+) -> None:
+    transcript = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    import_paths(services.ledger, [transcript])
+    external = next(
+        json.loads(x)["sessionId"]
+        for x in transcript.read_bytes().splitlines()
+        if json.loads(x).get("sessionId")
+    )
+    parent = str(session_id("claude-code", external))
+    events = client.get(f"/v1/sessions/{parent}/events").json()["events"]
+    at = events[5]["position"]  # fork after the parent's sixth event
+    r = client.post(f"/v1/sessions/{parent}/commands/fork", json={"at": at, "by": "ops"})
+    assert r.status_code == 200, r.text
+    fork = r.json()["fork_id"]
+    assert (
+        r.json()["from_status"] == r.json()["to_status"] == events[-1]["status"]
+    )  # parent unchanged
+    child = client.get(f"/v1/sessions/{fork}/events").json()["events"]
+    assert child[0]["kind"] == "Opened" and child[0]["parent_id"] == parent
+    assert (
+        child[1]["kind"],
+        child[1]["parent_id"],
+        child[1]["parent_version"],
+        child[1]["parent_position"],
+    ) == ("ForkedFrom", parent, 6, at)
+    copies = child[2:-1]
+    assert [(e["kind"], e["event_key"], e["raw"]) for e in copies] == [
+        (e["kind"], e["event_key"], e["raw"]) for e in events[1:6]
+    ]
+    assert child[-1]["kind"] == "CommandApplied" and child[-1]["to_status"] == "PAUSED"
+    row = client.get(f"/v1/sessions/{fork}").json()
+    assert row["parent_id"] == parent and row["status"] == "PAUSED"
+    parent_last = client.get(f"/v1/sessions/{parent}/events").json()["events"][-1]
+    assert parent_last["command"] == "fork" and parent_last["fork_id"] == fork
+    # the fork is a session of its own: it can be resumed, and its chain verifies
+    assert client.post(f"/v1/sessions/{fork}/commands/resume").json()["to_status"] == "ACTIVE"
+    from ledger.verify import verify_store
+
+    assert verify_store(services.ledger.recorder, services.ledger.mapper, services.anchors()).ok
+    assert UUID(fork) != UUID(parent)
+
+
+def test_cli_session_commands(settings: Settings) -> None:
+    body = {"session_id": "cli-session", "cwd": "/tmp", "hook_event_name": "SessionStart"}
+    cli(
+        settings,
+        "hook",
+        "claude-code",
+        stdin=json.dumps(body).encode(),
+        extra_env={"HOOKLEDGER_URL": "http://127.0.0.1:9"},
+    )  # spooled, then drained below
+    from api.bootstrap import build
+    from ledger.spool import drain
+
+    services = build(settings)
+    try:
+        drain(services.ledger, settings.data_dir / "spool")
+    finally:
+        services.close()
+    sid = str(session_id("claude-code", "cli-session"))
+
+    def head() -> int:
+        return json.loads(cli(settings, "stats", "--json").stdout)["events"]
+
+    ok = cli(settings, "session", "pause", sid, "--reason", "lunch", "--json")
+    assert json.loads(ok.stdout)["to_status"] == "PAUSED"
+    before = head()
+    bad = cli(settings, "session", "pause", sid, check=False)
+    assert bad.returncode == 1
+    assert b"PAUSED" in bad.stderr and b"ACTIVE" in bad.stderr  # the state and the allowed ones
+    assert head() == before
+    assert cli(settings, "session", "resume", sid).returncode == 0
+    assert cli(settings, "session", "archive", sid, check=False).returncode == 1
+    assert cli(settings, "session", "terminate", sid).returncode == 0
+    assert cli(settings, "session", "archive", sid).returncode == 0
+    fork = json.loads(cli(settings, "session", "fork", sid, "--json").stdout)
+    assert fork["to_status"] == "ARCHIVED" and fork["fork_id"] != sid
+    assert cli(settings, "session", "pause", sid, "--at", "3", check=False).returncode == 2
+    shown = json.loads(cli(settings, "show", fork["fork_id"], "--json").stdout)
+    assert shown["status"] == "PAUSED" and shown["parent_id"] == sid

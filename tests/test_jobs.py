@@ -1,0 +1,271 @@
+"""Liveness jobs: clock-controlled replays of a real recorded session produce the timeout
+events with their evidence, a rebuild of the projections reproduces the same statuses
+without rerunning the jobs, and the server runs the jobs itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import httpx
+from conftest import FIXTURES, Server, cli
+from sqlalchemy import select
+
+from api.bootstrap import Services
+from api.jobs import run_jobs
+from ledger.config import Settings
+from ledger.importer import import_paths
+from ledger.ingest import ingest_hook
+from ledger.jobs import JobConfig
+from ledger.lifecycle import DECISION_KINDS
+from ledger.observation import session_id
+from projections.runner import PROJECTION_CLASSES
+
+FOUR = FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _is_prompt(rec: dict[str, Any]) -> bool:
+    """A typed human prompt, read with plain json (not the ledger's parser)."""
+    content = (
+        rec.get("message", {}).get("content") if isinstance(rec.get("message"), dict) else None
+    )
+    return (
+        rec.get("type") == "user"
+        and not rec.get("isMeta")
+        and isinstance(content, str)
+        and not content.startswith("<")
+        and not content.startswith("Caveat:")
+    )
+
+
+def _snapshot(services: Services, sid: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with services.models.engine.connect() as conn:
+        for table, cols in [
+            ("sessions", ("status", "ended_at", "batch_count", "prompt_count", "tool_call_count")),
+            ("prompt_batches", ("batch", "status", "ended_at", "end_reason", "tool_call_count")),
+            ("status_history", ("version", "from_status", "to_status", "cause")),
+            ("tool_calls", ("tool_use_id", "batch")),
+        ]:
+            t = services.models.table(table)
+            key = t.c.id if table == "sessions" else t.c.session_id
+            rows = conn.execute(select(*[t.c[c] for c in cols]).where(key == sid)).all()
+            out[table] = sorted(tuple(r) for r in rows)
+    return out
+
+
+def _events(services: Services, sid: str) -> list[Any]:
+    return list(services.ledger.events.get(UUID(sid)))
+
+
+def test_replay_with_clock_controlled_gaps_times_out_and_a_rebuild_reproduces_it(
+    services: Services, tmp_path: Path
+) -> None:
+    lines = FOUR.read_bytes().splitlines(keepends=True)
+    records = [json.loads(line) for line in lines]
+    prompts = [i for i, r in enumerate(records) if _is_prompt(r)]
+    assert len(prompts) == 3
+    ends = [prompts[1], prompts[2], len(lines)]  # three segments, one prompt each
+    sid = str(session_id("claude-code", records[prompts[0]]["sessionId"]))
+    grown = tmp_path / "session.jsonl"
+    expected: list[tuple[str, datetime, int]] = []  # (kind, measured_from, threshold)
+    for k, end in enumerate(ends):
+        grown.write_bytes(b"".join(lines[:end]))  # the transcript as it was at that point
+        import_paths(services.ledger, [grown])
+        last = max(_time(r["timestamp"]) for r in records[:end] if r.get("timestamp"))
+        # five minutes and a bit of silence: the open batch is closed
+        report = run_jobs(services, last + timedelta(minutes=5, seconds=1))
+        assert report.decisions == {"idle_batch": 1}
+        expected.append(("BatchClosed", last, 300))
+        again = run_jobs(services, last + timedelta(minutes=5, seconds=1))
+        assert again.positions == []  # same evidence: nothing appended twice
+        if k != 1:  # an hour of silence after segments 1 and 3: the session is completed
+            report = run_jobs(services, last + timedelta(hours=1))
+            assert report.decisions == {"idle_session": 1}
+            expected.append(("TimedOut", last, 3600))
+        if k == 0:
+            expected.append(("Reopened", last, 0))  # the next prompt arrives later
+
+    events = _events(services, sid)
+    decided = [e for e in events if e.kind in DECISION_KINDS or e.kind == "Reopened"]
+    assert [e.kind for e in decided] == [kind for kind, _, _ in expected]
+    positions = {v: p for v, p in _versions_positions(services, sid).items()}
+    for event, (kind, measured, threshold) in zip(decided, expected, strict=True):
+        if kind == "Reopened":
+            assert event.from_status == "COMPLETED" and "idle_timeout" in event.reason
+            continue
+        assert event.measured_from == measured
+        assert event.threshold_s == threshold
+        assert event.rule == ("idle_batch" if kind == "BatchClosed" else "idle_session")
+        # the last version it saw is the latest observed event before it, and the position
+        # it read is where the read model stood: the head before the decision
+        observed_before = [
+            e for e in events[: event.originator_version - 1] if e.kind not in DECISION_KINDS
+        ]
+        assert event.last_version == observed_before[-1].originator_version
+        assert event.last_position == positions[event.originator_version - 1]
+        assert event.decided_at > measured and event.occurred_at is None
+
+    before = _snapshot(services, sid)
+    assert before["sessions"][0][0] == "COMPLETED"
+    assert [(b, s, r) for b, s, _, r, _ in before["prompt_batches"]] == [
+        (1, "completed", "idle_timeout"),
+        (2, "completed", "idle_timeout"),
+        (3, "completed", "idle_timeout"),
+    ]
+    causes = [(f, t, c) for _, f, t, c in before["status_history"]]
+    assert sum(1 for _, to, cause in causes if (to, cause) == ("COMPLETED", "TimedOut")) == 2
+    assert ("COMPLETED", "ACTIVE", "Reopened") in causes
+
+    head = services.ledger.max_position()
+    for name in PROJECTION_CLASSES:
+        services.runner.rebuild(name)
+    assert services.ledger.max_position() == head  # no job ran again
+    assert _snapshot(services, sid) == before
+
+
+def _versions_positions(services: Services, sid: str) -> dict[int, int]:
+    from projections import queries
+
+    services.runner.catch_up()
+    return queries.session_event_positions(services.models, sid)
+
+
+def test_an_imported_session_that_never_ended_is_completed_by_the_next_run(
+    services: Services,
+) -> None:
+    short = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    records = [json.loads(line) for line in short.read_bytes().splitlines()]
+    last = max(_time(r["timestamp"]) for r in records if r.get("timestamp"))
+    import_paths(services.ledger, [short])
+    report = run_jobs(services)  # the wall clock: months after the recording
+    sid = str(
+        session_id("claude-code", next(r["sessionId"] for r in records if r.get("sessionId")))
+    )
+    assert report.sessions[sid][:2] == ["idle_batch", "idle_session"]
+    timed_out = next(e for e in _events(services, sid) if e.kind == "TimedOut")
+    assert timed_out.measured_from == last and timed_out.reason == "idle_timeout"
+    row = _snapshot(services, sid)["sessions"][0]
+    assert row[0] in ("COMPLETED", "ARCHIVED")  # archived too when older than 30 days
+    assert row[1] == last.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _hook(services: Services, at: datetime, key: str, event: str, **fields: Any) -> None:
+    body = {"session_id": "jobs-hook-session", "cwd": "/tmp/p", "hook_event_name": event, **fields}
+    outcome = ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), key, at)
+    assert outcome.error is None
+
+
+def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
+    services: Services,
+) -> None:
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    sid = str(session_id("claude-code", "jobs-hook-session"))
+    _hook(services, t0, "k1", "SessionStart", source="startup")
+    tool = {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    _hook(services, t0 + timedelta(seconds=1), "k2", "PreToolUse", tool_use_id="toolu_a", **tool)
+    _hook(
+        services,
+        t0 + timedelta(seconds=2),
+        "k3",
+        "PostToolUse",
+        tool_use_id="toolu_a",
+        tool_response={"stdout": "x"},
+        **tool,
+    )
+    assert run_jobs(services, t0 + timedelta(minutes=4)).positions == []  # not idle long enough
+    report = run_jobs(services, t0 + timedelta(minutes=10))
+    assert report.decisions == {"unbatched_activity": 1}
+    snap = _snapshot(services, sid)
+    assert snap["prompt_batches"] == [(1, "completed", "2026-03-01T12:00:02.000Z", "recovery", 1)]
+    assert snap["tool_calls"] == [("toolu_a", 1)]
+    # a prompt now opens batch 2; a tool call after the agent stopped is unattached
+    _hook(services, t0 + timedelta(minutes=11), "k4", "UserPromptSubmit", prompt="list files")
+    _hook(services, t0 + timedelta(minutes=12), "k5", "Stop")
+    _hook(services, t0 + timedelta(minutes=13), "k6", "PreToolUse", tool_use_id="toolu_b", **tool)
+    report = run_jobs(services, t0 + timedelta(minutes=20))
+    assert report.decisions == {"unbatched_activity": 1}
+    attached = [e for e in _events(services, sid) if e.kind == "ActivitiesAttached"]
+    assert [(e.batch, e.recovery, e.tool_use_ids) for e in attached] == [
+        (1, True, ("toolu_a",)),
+        (2, False, ("toolu_b",)),
+    ]
+    assert _snapshot(services, sid)["tool_calls"] == [("toolu_a", 1), ("toolu_b", 2)]
+
+
+def test_sessions_ended_long_ago_are_archived(services: Services) -> None:
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    for name, days in (("old", 40), ("recent", 10)):
+        body = {
+            "session_id": name,
+            "cwd": "/tmp",
+            "hook_event_name": "SessionEnd",
+            "reason": "exit",
+        }
+        ended = now - timedelta(days=days)
+        ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), f"end-{name}", ended)
+    report = run_jobs(services, now)
+    old, recent = (str(session_id("claude-code", n)) for n in ("old", "recent"))
+    assert report.sessions == {old: ["archive_after"]}
+    archived = next(e for e in _events(services, old) if e.kind == "Archived")
+    assert archived.measured_from == now - timedelta(days=40)
+    assert archived.threshold_s == 30 * 86400 and archived.status == "ARCHIVED"
+    assert run_jobs(services, now, JobConfig(archive_after_days=5)).sessions == {
+        recent: ["archive_after"]
+    }
+
+
+def test_cli_jobs_run_once_with_a_given_clock(settings: Settings) -> None:
+    short = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    cli(settings, "import", str(short))
+    last = max(
+        _time(json.loads(x)["timestamp"])
+        for x in short.read_bytes().splitlines()
+        if json.loads(x).get("timestamp")
+    )
+    soon = (last + timedelta(minutes=1)).isoformat()
+    out = json.loads(cli(settings, "jobs", "run", "--once", "--now", soon, "--json").stdout)
+    assert out["decisions"] == {} and out["examined"] == 0
+    later = (last + timedelta(hours=2)).isoformat()
+    out = json.loads(cli(settings, "jobs", "run", "--once", "--now", later, "--json").stdout)
+    assert out["decisions"] == {"idle_batch": 1, "idle_session": 1}
+    bad = cli(settings, "jobs", "run", "--once", "--now", "yesterday", check=False)
+    assert bad.returncode == 2 and b"ISO-8601" in bad.stderr
+
+
+def test_the_server_runs_the_jobs_in_its_background(settings: Settings) -> None:
+    server = Server(dataclasses.replace(settings, jobs_interval_s=0.5)).start()
+    try:
+        two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
+        body = {"session_id": "served", "cwd": "/tmp", "hook_event_name": "SessionStart"}
+        r = httpx.post(
+            f"{server.url}/v1/hooks/claude-code",
+            content=json.dumps(body),
+            headers={"X-Hookledger-Captured-At": two_hours_ago},
+            timeout=30,
+        )
+        assert r.status_code == 202
+        sid = r.json()["sessions"][0]
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline:
+            status = httpx.get(f"{server.url}/v1/sessions/{sid}", timeout=30).json()["status"]
+            if status == "COMPLETED":
+                break
+            time.sleep(0.2)
+        assert status == "COMPLETED"
+        events = httpx.get(f"{server.url}/v1/sessions/{sid}/events", timeout=30).json()["events"]
+        timed_out = [e for e in events if e["kind"] == "TimedOut"]
+        assert len(timed_out) == 1 and timed_out[0]["rule"] == "idle_session"
+        assert timed_out[0]["measured_from"].startswith(two_hours_ago[:19])
+    finally:
+        server.stop()
