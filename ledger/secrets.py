@@ -25,6 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 PLACEHOLDER = "[redacted:{}]"
+_SHORTEST = 6
+"""No rule matches a string shorter than this (``sig=`` plus a value, ``@`` in a URL
+with a password, the shortest tokens are all longer)."""
 _PLACEHOLDER_PREFIX = "[redacted:"
 
 # A token must not continue a longer word on either side (in raw JSON text a ``\n``,
@@ -83,7 +86,15 @@ class Rule:
 
     def may_match(self, text: str, lowered: str) -> bool:
         hay = lowered if self.ignore_case else text
-        return any(s in hay for s in self.any_of) and all(s in hay for s in self.all_of)
+        for s in self.any_of:
+            if s in hay:
+                break
+        else:
+            return False
+        for s in self.all_of:  # noqa: SIM110 - a loop, not a generator: hot path
+            if s not in hay:
+                return False
+        return True
 
 
 def _r(pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -185,36 +196,69 @@ def catalogue() -> tuple[Rule, ...]:
     )
 
 
+ASCII_ESCAPE = re.compile(rb"\\u00[2-7][0-9a-fA-F]|\\/")
+"""A JSON escape that can stand for a printable ASCII character."""
+
+
 @functools.cache
-def _raw_literals() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """(case-sensitive literals, lower-case literals) of the pre-check."""
-    rules = catalogue()
-    exact = {s.encode() for r in rules if not r.ignore_case for s in r.any_of}
-    lower = {s.encode() for r in rules if r.ignore_case for s in r.any_of} | _FIELD_ENDS
-    return tuple(sorted(exact)), tuple(sorted(lower))
+def _rule_literals() -> tuple[tuple[Rule, tuple[bytes, ...], tuple[bytes, ...]], ...]:
+    """(rule, its ``any_of`` literals, its ``all_of`` literals) as bytes, for the
+    pre-check on raw JSON text."""
+    return tuple(
+        (r, tuple(x.encode() for x in r.any_of), tuple(x.encode() for x in r.all_of))
+        for r in catalogue()
+    )
+
+
+def candidate_rules(raw: bytes) -> tuple[Rule, ...]:
+    """The rules that may match some string of JSON text ``raw`` (bytes): those whose
+    literals occur in it (in the rule's case). Exact: a rule left out cannot match any
+    string the text decodes to. Every rule when ``raw`` holds a ``\\u`` or ``\\/``
+    escape of a printable ASCII character, which could spell a literal (control-character
+    and non-ASCII escapes cannot: rules match ASCII only)."""
+    if b"\\" in raw and ASCII_ESCAPE.search(raw) is not None:
+        return catalogue()
+    low = raw.lower()
+    out = []
+    for rule, any_of, all_of in _rule_literals():
+        hay = low if rule.ignore_case else raw
+        for literal in any_of:
+            if literal in hay:
+                break
+        else:
+            continue
+        for literal in all_of:
+            if literal not in hay:
+                break
+        else:
+            out.append(rule)
+    return tuple(out)
 
 
 def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
     """Exact pre-check on JSON text (bytes): False only when no string in ``raw`` can
-    decode to a match of any rule. ``lowered`` is ``raw.lower()`` if the caller has it."""
-    if b"\\u" in raw or b"\\/" in raw:
-        return True
-    exact, lower = _raw_literals()
-    if any(s in raw for s in exact):
-        return True
-    low = raw.lower() if lowered is None else lowered
-    return any(s in low for s in lower)
+    decode to a match of any rule (see :func:`candidate_rules`). ``lowered`` is unused
+    (kept for callers that pass it)."""
+    return bool(candidate_rules(raw))
 
 
-def redact_secrets(text: str) -> tuple[str, dict[str, int]]:
-    """Replace every catalogued secret in ``text`` by ``[redacted:<kind>]``.
+def redact_secrets(
+    text: str, rules: tuple[Rule, ...] | None = None
+) -> tuple[str, dict[str, int]]:
+    """Replace every catalogued secret in ``text`` by ``[redacted:<kind>]``; only
+    ``rules`` are tried when given (the :func:`candidate_rules` of the record the text
+    comes from).
 
     Returns the text (the same object when nothing matched) and ``{kind: count}``.
     """
     counts: dict[str, int] = {}
-    lowered = text.lower()
-    for rule in catalogue():
-        if not rule.may_match(text, lowered):
+    if len(text) < _SHORTEST:
+        return text, counts
+    lowered = None
+    for rule in catalogue() if rules is None else rules:
+        if rule.ignore_case and lowered is None:
+            lowered = text.lower()
+        if not rule.may_match(text, lowered or text):
             continue
         n = 0
 
@@ -233,7 +277,7 @@ def redact_secrets(text: str) -> tuple[str, dict[str, int]]:
         if n:
             counts[rule.kind] = n
             text = new
-            lowered = text.lower()
+            lowered = None
     return text, counts
 
 

@@ -200,8 +200,8 @@ class ChatParser:
 
     def _with_raw(self, facts: list[Observation], raw: dict[str, Any]) -> list[Observation]:
         redactions: list[dict[str, Any]] = []
-        if may_hold_private(orjson.dumps(raw)):
-            raw, redactions = strip_private(raw)
+        if scan := may_hold_private(orjson.dumps(raw)):
+            raw, redactions = strip_private(raw, scan=scan)
             facts = [_strip(f) for f in facts]
         facts[0].raw = raw
         facts[0].redactions = tuple(redactions)
