@@ -207,5 +207,9 @@ def hook(ctx: click.Context, agent: str) -> None:
     ctx.exit(0)
 
 
+from api.cli_run import run_cmd  # noqa: E402  (agents: hookledger run)
+
+main.add_command(run_cmd)
+
 if __name__ == "__main__":
     main()

@@ -16,7 +16,7 @@ import orjson
 
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected
-from ledger.sources import claude_transcript
+from ledger.sources import claude_transcript, stream_formats
 
 SUFFIXES = (".jsonl", ".json")
 
@@ -58,6 +58,9 @@ def detect(path: Path, head: bytes) -> str | None:
     """Format of a file from its name and first bytes; None when not an agent file."""
     if path.name.endswith(".meta.json"):
         return None
+    stream = stream_formats.detect(path, head)  # Claude stream-json, Codex exec / rollouts
+    if stream is not None:
+        return stream
     if path.suffix == ".jsonl":
         lines = head.split(b"\n")
         return "claude-code.transcript" if _looks_like_claude(_objects(lines[:-1] or lines)) else None
@@ -98,7 +101,9 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
     data = path.read_bytes()
     fmt = detect(path, data[: 1 << 20])
     source = str(path)
-    if fmt == "claude-code.transcript":
+    if fmt in stream_formats.FORMATS:
+        yield from stream_formats.parse(fmt, path, data)
+    elif fmt == "claude-code.transcript":
         meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
         agent_type = _meta_agent_type(meta) if path.name.startswith("agent-") else None
         yield from claude_transcript.parse_records(data.split(b"\n"), source, agent_type)

@@ -13,9 +13,10 @@ import orjson
 
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Rejected
-from ledger.sources import claude_hooks
+from ledger.sources import claude_hooks, codex_hooks
 
 HOOK_PARSERS = {"claude-code": claude_hooks}
+HOOK_PARSERS["codex"] = codex_hooks  # Codex command hooks (raise claude_hooks.HookPayloadError)
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
