@@ -87,7 +87,7 @@ class SessionsProjection(Projection):
                 self._usage(rows, row, position, event)
             case Session.Started() if event.model:
                 row["model"] = event.model
-            case Session.Ended():
+            case Session.Ended() | Session.RunEnded():
                 row["ended_at"] = at or event_time(event)
             case Session.Reopened():
                 row["ended_at"] = None

@@ -295,7 +295,7 @@ class RolloutParser:
         if ptype == "turn.completed":
             facts = [Observation(ref, "TurnEnded", key, {"reason": "turn.completed"}, **common)]
             if self.totals is None and has_usage(p.get("usage")):
-                facts.append(self._usage(ledger_tokens(p["usage"]), ref, key, common))
+                facts.append(self._usage(ledger_tokens(p["usage"]), ref, f"{key}:usage", common))
             return facts
         if ptype == "error":
             err = p.get("error") if isinstance(p.get("error"), dict) else p
