@@ -25,19 +25,20 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
+from conftest import FIXTURES
 
 from api.bootstrap import Services
 from ledger.importer import import_paths
 from projections import queries
 
-from conftest import FIXTURES
-
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-STREAM_JSON = sorted((FIXTURES / "claude_code-elixir-stream-json").glob("*.json*")) + [
-    FIXTURES / "claude-code-action-stream-json" / "sample-turns.json"
+STREAM_JSON = [
+    *sorted((FIXTURES / "claude_code-elixir-stream-json").glob("*.json*")),
+    FIXTURES / "claude-code-action-stream-json" / "sample-turns.json",
 ]
 CODEX_EXEC = sorted((FIXTURES / "agentcmd-codex-exec-json").glob("*.jsonl"))
-ROLLOUTS = sorted((FIXTURES / "agentcmd-codex-rollouts").glob("rollout-*.jsonl")) + [
+ROLLOUTS = [
+    *sorted((FIXTURES / "agentcmd-codex-rollouts").glob("rollout-*.jsonl")),
     FIXTURES / "agent-sessions-schema-drift" / "codex_053_rate_limit.jsonl",
 ]
 TOOL_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}
@@ -132,7 +133,9 @@ def test_stream_json_matches_independent_count(services: Services, path: Path) -
 def test_codex_exec_matches_independent_count(services: Services, path: Path) -> None:
     records = _records(path)
     tool_items = {
-        r["item"]["id"] for r in records if r["type"].startswith("item.") and r["item"]["type"] in TOOL_ITEMS
+        r["item"]["id"]
+        for r in records
+        if r["type"].startswith("item.") and r["item"]["type"] in TOOL_ITEMS
     }
     usage = [r["usage"] for r in records if r["type"] == "turn.completed"]
     want = {
@@ -196,7 +199,12 @@ def _rollout_expected(records: list[dict]) -> dict:
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": last["cached_input_tokens"],
     }
-    return {"prompts": prompts, "calls": sorted(calls), "tokens": tokens, "total": last["total_tokens"]}
+    return {
+        "prompts": prompts,
+        "calls": sorted(calls),
+        "tokens": tokens,
+        "total": last["total_tokens"],
+    }
 
 
 @pytest.mark.parametrize("path", ROLLOUTS, ids=lambda p: p.name)
@@ -247,8 +255,14 @@ def test_rollout_schema_drift_files_import(services: Services) -> None:
     services.runner.catch_up()
     sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
     # 0.51: per-turn usage in legacy turn.completed records (no cumulative token_count)
-    usage = [r["payload"]["usage"] for r in _records(folder / "codex_051_usage.jsonl") if "usage" in r["payload"]]
-    assert sessions["test-usage-session"]["cache_read_input_tokens"] == sum(u["cached_input_tokens"] for u in usage)
+    usage = [
+        r["payload"]["usage"]
+        for r in _records(folder / "codex_051_usage.jsonl")
+        if "usage" in r["payload"]
+    ]
+    assert sessions["test-usage-session"]["cache_read_input_tokens"] == sum(
+        u["cached_input_tokens"] for u in usage
+    )
     assert sessions["test-usage-session"]["output_tokens"] == sum(u["output_tokens"] for u in usage)
     # 0.50: legacy {prompt, completion} info is not a usage we can trust: kept, not counted
     assert _tokens(sessions["test-legacy-session"]) == dict.fromkeys(TOKENS, 0)
@@ -269,6 +283,9 @@ def test_reimport_appends_nothing(services: Services) -> None:
 
 def test_single_record_extracts_are_kept_as_rejected_with_a_reason(services: Services) -> None:
     # Upstream extracted single rollout lines (no session_meta, no thread id in the name).
-    paths = [FIXTURES / "agentcmd-codex-rollouts" / n for n in ("event-turn-aborted.jsonl", "function-output-error.jsonl")]
+    paths = [
+        FIXTURES / "agentcmd-codex-rollouts" / n
+        for n in ("event-turn-aborted.jsonl", "function-output-error.jsonl")
+    ]
     summary = import_paths(services.ledger, paths)
     assert summary.files == 2 and summary.result.rejected == 2

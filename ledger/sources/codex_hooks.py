@@ -23,6 +23,7 @@ from typing import Any
 
 from ledger.observation import Observation, SessionRef
 from ledger.privacy import strip_private
+from ledger.sources.claude_common import text_hash
 from ledger.sources.claude_hooks import HookPayloadError
 from ledger.sources.codex_common import AGENT
 from ledger.sources.jsonl import str_or_none
@@ -101,7 +102,9 @@ def _facts(
         ]
     if name == "UserPromptSubmit":
         text = p.get("prompt") if isinstance(p.get("prompt"), str) else ""
-        return [obs("PromptSubmitted", {"text": text, "prompt_kind": "human"})]
+        o = obs("PromptSubmitted", {"text": text, "prompt_kind": "human"})
+        o.extra["hook_prompt_hash"] = text_hash(text)  # the rollout's copy is an alias
+        return [o]
     if name == "PreToolUse":
         return [
             obs(

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from ledger.observation import Observation, Rejected, SessionRef
-from ledger.sources.claude_common import parse_time
+from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
 from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
 
@@ -74,6 +74,7 @@ class RolloutParser:
         self.totals: dict[str, int] | None = None
         self.seen_calls: set[tuple[str, str]] = set()
         self.started = False
+        self.prompt_counts: dict[str, int] = {}
         self.orphans: list[tuple[Decoded, bytes, str]] = []
 
     def feed_line(self, line: bytes, location: str) -> list[Observation | Rejected]:
@@ -266,11 +267,12 @@ class RolloutParser:
     ) -> list[Observation]:
         if ptype == "user_message":
             text = p.get("message") if isinstance(p.get("message"), str) else ""
-            return [
-                Observation(
-                    ref, "PromptSubmitted", key, {"text": text, "prompt_kind": "human"}, **common
-                )
-            ]
+            # The n-th prompt of this text is the same fact as the n-th UserPromptSubmit hook.
+            thash = text_hash(text)
+            n = self.prompt_counts[thash] = self.prompt_counts.get(thash, 0) + 1
+            data = {"text": text, "prompt_kind": "human"}
+            alias = (f"prompt:{thash}:{n}",)
+            return [Observation(ref, "PromptSubmitted", key, data, alias_keys=alias, **common)]
         if ptype == "token_count":
             return self._token_count(p, ref, key, common)
         if ptype == "task_complete":
