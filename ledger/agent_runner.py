@@ -43,6 +43,7 @@ import orjson
 
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
+from ledger.privacy import strip_private_text
 from ledger.sources import claude_stream, codex_exec, stream_formats
 
 SOURCE_FORMAT = "hookledger.run"
@@ -262,15 +263,20 @@ class _Recorder:
         if self.prompt_recorded or self.prompt is None:
             return []
         self.prompt_recorded = True
+        text, removed = strip_private_text(self.prompt)
+        redactions = (
+            ({"kind": "private_tag", "path": "$.text", "count": removed},) if removed else ()
+        )
         return [
             Observation(
                 session,
                 "PromptSubmitted",
                 f"{self.source}:prompt",
-                {"text": self.prompt, "prompt_kind": "human"},
+                {"text": text, "prompt_kind": "human"},
                 source_format=SOURCE_FORMAT,
                 occurred_at=self.started_at,
                 record_key=f"{self.source}:prompt",
+                redactions=redactions,
             )
         ]
 

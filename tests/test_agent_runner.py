@@ -112,9 +112,7 @@ def test_each_line_is_recorded_as_it_arrives(services: Services) -> None:
         on_line=lambda _line: positions.append(services.ledger.max_position()),
     )
     assert len(positions) == len(_records(recording))
-    assert all(
-        b > a for a, b in itertools.pairwise(positions)
-    )  # every line appended at once
+    assert all(b > a for a, b in itertools.pairwise(positions))  # every line appended at once
 
 
 def test_non_zero_exit_fails_the_session(services: Services) -> None:
@@ -243,3 +241,16 @@ def test_cli_run_passes_output_through_and_exits_with_the_agent_status(services:
     services.runner.catch_up()
     s = _session(services, _expected(recording)["session"])
     assert s["status"] == "FAILED" and s["prompt_count"] == 1
+
+
+def test_private_spans_of_the_prompt_are_removed_before_storage(services: Services) -> None:
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-1.jsonl"
+    _run(services, recording, prompt="what is <private>my api key sk-123</private> 2+2")
+    s = _session(services, _expected(recording)["session"])
+    (prompt,) = [
+        e
+        for e in services.ledger.events.get(UUID(s["id"]))
+        if type(e).__name__ == "PromptSubmitted"
+    ]
+    assert "sk-123" not in prompt.text and "2+2" in prompt.text
+    assert [r.kind for r in prompt.redactions] == ["private_tag"]
