@@ -289,3 +289,44 @@ def test_single_record_extracts_are_kept_as_rejected_with_a_reason(services: Ser
     ]
     summary = import_paths(services.ledger, paths)
     assert summary.files == 2 and summary.result.rejected == 2
+
+
+def test_stream_json_keeps_unknown_records_and_files_subagent_records_under_a_child(
+    services: Services, tmp_path: Path
+) -> None:
+    # The real create_file stream with two records added: a rate_limit_event (FORMATS.md A4)
+    # and its tool_use echoed as a subagent record (parent_tool_use_id set).
+    src = FIXTURES / "claude_code-elixir-stream-json" / "create_file.jsonl"
+    records = _records(src)
+    sid = records[0]["session_id"]
+    parent_call = next(
+        b["id"]
+        for r in records
+        if r["type"] == "assistant"
+        for b in r["message"]["content"]
+        if b["type"] == "tool_use"
+    )
+    limit = {
+        "type": "rate_limit_event",
+        "rate_limit_info": {"status": "allowed"},
+        "session_id": sid,
+    }
+    child = json.loads(json.dumps(records[1]))
+    child["parent_tool_use_id"] = parent_call
+    child["message"]["id"] = "msg_child"
+    path = tmp_path / "with_extras.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(r) for r in [*records[:-1], limit, child, records[-1]]) + "\n"
+    )
+    summary = import_paths(services.ledger, [path])
+    assert not summary.skipped and summary.result.rejected == 0
+    services.runner.catch_up()
+    sessions = {s["external_id"]: s for s in queries.list_sessions(services.models)}
+    kid = sessions[f"{sid}/task-{parent_call}"]
+    assert kid["parent_id"] == sessions[sid]["id"] and kid["parent_tool_use_id"] == parent_call
+    kinds = [
+        (type(e).__name__, getattr(e, "record_type", None))
+        for e in _events(services, sessions[sid])
+    ]
+    assert ("RecordObserved", "rate_limit_event") in kinds
+    assert ("SubagentLinked", None) in kinds
