@@ -241,6 +241,9 @@ main.add_command(_jobs)
 from api.cli_commands import session as _session  # noqa: E402
 
 main.add_command(_session)
+from api.cli_run import run_cmd  # noqa: E402  (agents: hookledger run)
+
+main.add_command(run_cmd)
 
 if __name__ == "__main__":
     main()

@@ -17,7 +17,7 @@ import orjson
 from ledger.app import Ledger, RecordResult
 from ledger.gcpause import gc_paused
 from ledger.observation import Observation, Rejected
-from ledger.sources import agent_files, claude_transcript
+from ledger.sources import agent_files, claude_transcript, stream_formats
 
 SUFFIXES = (".jsonl", ".json")
 RECORD_BATCH = 20_000
@@ -63,6 +63,9 @@ def detect(path: Path, head: bytes) -> str | None:
         return None
     if (other := agent_files.detect(path, head)) is not None:  # Gemini CLI, Cursor, OpenClaw
         return other
+    stream = stream_formats.detect(path, head)  # Claude stream-json, Codex exec / rollouts
+    if stream is not None:
+        return stream
     if path.suffix == ".jsonl":
         lines = head.split(b"\n")
         return "claude-code.transcript" if _looks_like_claude(_objects(lines[:-1] or lines)) else None
@@ -105,6 +108,8 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
     source = str(path)
     if fmt in agent_files.FORMATS:
         yield from agent_files.parse(fmt, path, data)
+    elif fmt in stream_formats.FORMATS:
+        yield from stream_formats.parse(fmt, path, data)
     elif fmt == "claude-code.transcript":
         meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
         agent_type = _meta_agent_type(meta) if path.name.startswith("agent-") else None

@@ -13,10 +13,11 @@ import orjson
 
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Rejected
-from ledger.sources import claude_hooks, cursor_hooks, gemini_hooks, openclaw_hooks
+from ledger.sources import claude_hooks, codex_hooks, cursor_hooks, gemini_hooks, openclaw_hooks
 
 HOOK_PARSERS = {
     "claude-code": claude_hooks,
+    "codex": codex_hooks,  # Codex command hooks (raise claude_hooks.HookPayloadError)
     "gemini": gemini_hooks,
     "cursor": cursor_hooks,
     "openclaw": openclaw_hooks,

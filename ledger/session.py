@@ -282,6 +282,20 @@ class Session(BaseAggregate[UUID]):
         parent_version: int
         parent_position: int | None = None
         by: str | None = None
+    # -- agents: runner outcome (hookledger run, stream imports) --
+
+    class RunEnded(Event):
+        """An agent process ended (``hookledger run``, or the final ``result`` /
+        ``turn.completed`` record of an imported stream). ``outcome``: ``completed`` ->
+        COMPLETED, ``failed`` (error result, non-zero exit, stream cut) -> FAILED,
+        ``terminated`` (killed by a signal) -> TERMINATED. ``exit_code`` and ``signal``
+        (signal number) are None when unknown; ``stream_cut``: the output ended mid-line."""
+
+        outcome: str
+        exit_code: int | None = None
+        signal: int | None = None
+        reason: str | None = None
+        stream_cut: bool = False
 
     EVENT_CLASSES: ClassVar[dict[str, type[Session.Event]]] = {}
 
@@ -489,6 +503,9 @@ class Session(BaseAggregate[UUID]):
             case Session.Ended():
                 self.batch_open = False
                 self.ended_at = event.occurred_at or event.timestamp
+            case Session.RunEnded() if event.status in ENDED_STATES:
+                self.batch_open = False
+                self.ended_at = event.occurred_at or event.timestamp
             case Session.Reopened():
                 self.ended_at = None
             case Session.Opened():
@@ -510,11 +527,16 @@ def _alias_hash(alias_keys: tuple[str, ...]) -> str | None:
     return None
 
 
+_RUN_OUTCOMES = {"completed": S.COMPLETED, "failed": S.FAILED, "terminated": S.TERMINATED}
+
+
 def _next_status(current: SessionStatus, obs: Observation) -> SessionStatus:
     """Map an observed fact onto the lifecycle (DESIGN.md); observed facts never fail."""
     kind = obs.kind
     if kind == "Ended":
         return S.COMPLETED
+    if kind == "RunEnded":
+        return _RUN_OUTCOMES.get(obs.data.get("outcome"), current)  # type: ignore[arg-type]
     if kind == "Started":
         return S.ACTIVE
     if kind == "PromptSubmitted":

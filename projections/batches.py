@@ -80,6 +80,10 @@ class BatchesProjection(Projection):
                 row["status"] = "completed"
                 row["ended_at"] = at
                 row["end_reason"] = "session_end"
+            case Session.RunEnded() if row["status"] == "open":
+                row["status"] = "completed"
+                row["ended_at"] = at
+                row["end_reason"] = f"run_{event.outcome}"
             case _:
                 pass
         rows.put("prompt_batches", key, row)

@@ -111,7 +111,7 @@ class SessionsProjection(Projection):
                 row["agent_cost_usd"] = (row["agent_cost_usd"] or 0.0) + event.cost_usd
             case Session.Started() if event.model:
                 row["model"] = event.model
-            case Session.Ended():
+            case Session.Ended() | Session.RunEnded():
                 row["ended_at"] = at or event_time(event)
             case Session.Reopened():
                 row["ended_at"] = None

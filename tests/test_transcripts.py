@@ -136,7 +136,11 @@ def test_subagent_type_is_read_from_its_meta_json(services: Services) -> None:
     assert [c["agent_type"] for c in children] == ["general-purpose"]
 
 
-def test_non_transcript_json_arrays_are_skipped_with_a_reason_not_rejected(services: Services) -> None:
-    summary = import_paths(services.ledger, [FIXTURES / "claude-code-action-stream-json"])
+def test_non_transcript_json_arrays_are_skipped_with_a_reason_not_rejected(
+    services: Services, tmp_path: Path
+) -> None:
+    # (stream-json arrays such as claude-code-action-stream-json are imported: test_agent_streams)
+    (tmp_path / "records.json").write_text('[{"type": "note", "id": 1}, {"type": "note", "id": 2}]')
+    summary = import_paths(services.ledger, [tmp_path / "records.json"])
     assert summary.files == 0 and summary.result.rejected == 0
     assert [reason for _, reason in summary.skipped] == ["a JSON array that is not a Claude Code transcript"]

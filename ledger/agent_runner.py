@@ -1,0 +1,374 @@
+"""``hookledger run``: spawn an agent, stream its output into the ledger, record the outcome.
+
+The agent is ``claude -p … --output-format stream-json --verbose`` or
+``codex exec --json …`` (FORMATS.md A4, A5). Its stdout lines are passed through to our
+stdout as they arrive and recorded at once (one :meth:`Ledger.record` per line, so a
+live viewer sees them), parsed by the same source module an import of the recording
+uses (same keys: importing the saved output afterwards appends nothing). The format is
+told by the first JSON line (a hint from the command name covers lines before it).
+
+When the process exits, a ``RunEnded`` domain event records the outcome:
+
+======================================  ===========  =============
+process                                 ``outcome``  session state
+======================================  ===========  =============
+exit 0, success result / no result      completed    COMPLETED
+exit 0 but an error result or cut line  failed       FAILED
+non-zero exit                           failed       FAILED
+killed by a signal                      terminated   TERMINATED
+======================================  ===========  =============
+
+A last line cut mid-way (no newline, not JSON) is kept as a ``Rejected`` line with the
+reason, and ``stream_cut`` is set. The prompt is not part of either stream: it is taken
+from ``prompt`` or, for ``claude``/``codex`` commands, from the command line
+(:func:`prompt_from_argv`) and recorded as the run's first ``PromptSubmitted``.
+``session`` records everything under that external session id (a follow-up prompt
+continues the same ledger session; the aggregate appends ``Reopened`` after an end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import orjson
+
+from ledger.app import Ledger, RecordResult
+from ledger.observation import Observation, Rejected, SessionRef
+from ledger.privacy import strip_private_text
+from ledger.sources import claude_stream, codex_exec, stream_formats
+
+SOURCE_FORMAT = "hookledger.run"
+_PARSERS: dict[str, tuple[str, Any]] = {
+    "claude-code.stream-json": ("claude-code", claude_stream.StreamParser),
+    "codex.exec-json": ("codex", codex_exec.ExecParser),
+}
+# Options of ``claude`` / ``codex exec`` that take a value (so that value is not the prompt).
+_VALUE_OPTIONS = frozenset(
+    {
+        "--output-format",
+        "--input-format",
+        "--model",
+        "-r",
+        "--resume",
+        "--session-id",
+        "--allowedTools",
+        "--allowed-tools",
+        "--disallowedTools",
+        "--disallowed-tools",
+        "--append-system-prompt",
+        "--system-prompt",
+        "--permission-mode",
+        "--max-turns",
+        "--mcp-config",
+        "--add-dir",
+        "--settings",
+        "--fallback-model",
+        "--agents",
+        "--max-budget-usd",
+        "--json-schema",
+        "--setting-sources",
+        "--plugin-dir",
+        "--betas",
+        "--permission-prompt-tool",
+        "-m",
+        "-c",
+        "--config",
+        "-s",
+        "--sandbox",
+        "-C",
+        "--cd",
+        "--profile",
+        "-i",
+        "--image",
+        "--output-schema",
+        "--color",
+        "-o",
+        "--output-last-message",
+        "--enable",
+        "--disable",
+        "--local-provider",
+    }
+)
+
+
+@dataclass
+class RunOutcome:
+    """What one run did. ``exit_status`` is what ``hookledger run`` exits with (the
+    agent's exit code, 128 + signal number when it was killed)."""
+
+    outcome: str
+    exit_code: int | None
+    signal: int | None
+    stream_cut: bool
+    reason: str | None
+    session: SessionRef | None
+    fmt: str | None
+    recorded: RecordResult = field(default_factory=RecordResult)
+
+    @property
+    def exit_status(self) -> int:
+        if self.signal is not None:
+            return 128 + self.signal
+        return self.exit_code or 0
+
+
+def agent_of(argv: Sequence[str]) -> str | None:
+    """``claude-code`` or ``codex`` from the command name, else None."""
+    name = os.path.basename(argv[0]) if argv else ""
+    if name.startswith("claude"):
+        return "claude-code"
+    if name.startswith("codex"):
+        return "codex"
+    return None
+
+
+def prompt_from_argv(argv: Sequence[str]) -> str | None:
+    """The prompt of a ``claude``/``codex`` command line: the last argument that is not an
+    option or an option's value (``-`` = read from stdin: None). A heuristic; pass
+    ``prompt`` to :func:`run_agent` to be exact. None for other commands."""
+    agent = agent_of(argv)
+    if agent is None:
+        return None
+    positional: list[str] = []
+    args = list(argv[1:])
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            positional.extend(args[i + 1 :])
+            break
+        if a.startswith("-") and a != "-":
+            i += 2 if (a in _VALUE_OPTIONS and "=" not in a) else 1
+            continue
+        positional.append(a)
+        i += 1
+    if agent == "codex":
+        positional = [p for p in positional if p not in ("exec", "e", "resume")]
+    if not positional or positional[-1] == "-":
+        return None
+    return positional[-1]
+
+
+class _Recorder:
+    """Feeds lines to the stream's parser and records what it yields, line by line."""
+
+    def __init__(
+        self, ledger: Ledger, argv: Sequence[str], session: str | None, prompt: str | None
+    ) -> None:
+        self.ledger = ledger
+        self.run_id = uuid.uuid4().hex
+        self.source = f"run:{self.run_id}"
+        self.override = session
+        self.prompt = prompt
+        self.started_at = datetime.now(UTC)
+        self.hint = agent_of(argv)
+        self.fmt: str | None = None
+        self.parser: Any = None
+        self.pending: list[tuple[bytes, str]] = []
+        self.prompt_recorded = False
+        self.stream_cut = False
+        self.result = RecordResult()
+        self.lines = 0
+
+    def feed(self, line: bytes) -> None:
+        self.lines += 1
+        location = f"line {self.lines}"
+        if not line.strip():
+            return
+        if self.parser is None:
+            self.pending.append((line, location))
+            fmt = self._detect(line)
+            if fmt is None:
+                return
+            self._start(fmt)
+            pending, self.pending = self.pending, []
+            for pline, ploc in pending:
+                self._record(self.parser.feed_line(pline, ploc), pline)
+            return
+        self._record(self.parser.feed_line(line, location), line)
+
+    def finish(self, rc: int) -> RunOutcome:
+        if self.parser is None and self.pending:
+            # No line told the format: use the command's hint, else keep the lines as rejected.
+            fmt = {"claude-code": "claude-code.stream-json", "codex": "codex.exec-json"}.get(
+                self.hint or ""
+            )
+            if fmt is not None:
+                self._start(fmt)
+                pending, self.pending = self.pending, []
+                for pline, ploc in pending:
+                    self._record(self.parser.feed_line(pline, ploc), pline)
+            else:
+                reason = "output of an agent whose stream format was not recognised"
+                rejected = [
+                    Rejected(self.source, loc, reason, line, self.hint or "unknown", SOURCE_FORMAT)
+                    for line, loc in self.pending
+                ]
+                self._record(rejected, b"")
+        if self.parser is not None:
+            self._record(self.parser.finish(), b"")
+        session = self._session()
+        outcome, exit_code, sig, reason = _outcome(rc, self.parser, self.stream_cut)
+        end_key = self.parser.end_key if self.parser is not None else None
+        end = Observation(
+            session,
+            "RunEnded",
+            f"{end_key}:end" if end_key else f"{self.source}:end",
+            {
+                "outcome": outcome,
+                "exit_code": exit_code,
+                "signal": sig,
+                "reason": reason,
+                "stream_cut": self.stream_cut,
+            },
+            source_format=self.fmt or SOURCE_FORMAT,
+            occurred_at=datetime.now(UTC),
+            record_key=end_key,
+        )
+        self._record([*self._prompt_first(session), end], b"")
+        return RunOutcome(
+            outcome, exit_code, sig, self.stream_cut, reason, session, self.fmt, self.result
+        )
+
+    # -- internals -----------------------------------------------------------------
+
+    def _detect(self, line: bytes) -> str | None:
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        fmt = stream_formats.detect_records([rec])
+        return fmt if fmt in _PARSERS else None
+
+    def _start(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.parser = _PARSERS[fmt][1](self.source, session_override=self.override, emit_end=False)
+
+    def _session(self) -> SessionRef:
+        if self.parser is not None and self.parser.session is not None:
+            return self.parser.session  # type: ignore[no-any-return]
+        agent = _PARSERS[self.fmt][0] if self.fmt else (self.hint or "unknown")
+        return SessionRef(agent, self.override or f"run-{self.run_id}")
+
+    def _prompt_first(self, session: SessionRef) -> list[Observation]:
+        if self.prompt_recorded or self.prompt is None:
+            return []
+        self.prompt_recorded = True
+        text, removed = strip_private_text(self.prompt)
+        redactions = (
+            ({"kind": "private_tag", "path": "$.text", "count": removed},) if removed else ()
+        )
+        return [
+            Observation(
+                session,
+                "PromptSubmitted",
+                f"{self.source}:prompt",
+                {"text": text, "prompt_kind": "human"},
+                source_format=SOURCE_FORMAT,
+                occurred_at=self.started_at,
+                record_key=f"{self.source}:prompt",
+                redactions=redactions,
+            )
+        ]
+
+    def _record(self, items: list[Observation | Rejected], line: bytes) -> None:
+        if line and not line.endswith(b"\n"):
+            for item in items:
+                if isinstance(item, Rejected):
+                    self.stream_cut = True
+                    item.reason = (
+                        f"stream cut mid-line (output ended without a newline): {item.reason}"
+                    )
+        now = datetime.now(UTC)
+        facts = [i for i in items if isinstance(i, Observation)]
+        for f in facts:
+            if f.occurred_at is None:
+                f.occurred_at = now
+        if facts:
+            items = [*self._prompt_first(facts[0].session), *items]
+        if items:
+            self.result.add(self.ledger.record(items))
+
+
+def _outcome(rc: int, parser: Any, cut: bool) -> tuple[str, int | None, int | None, str | None]:
+    if rc < 0:
+        sig = -rc
+        return "terminated", None, sig, f"killed by {signal.Signals(sig).name}"
+    if rc > 0:
+        return "failed", rc, None, f"exit code {rc}"
+    if parser is not None and parser.end_error is not None:
+        return "failed", 0, None, parser.end_error
+    if cut:
+        return "failed", 0, None, "stream cut mid-line"
+    return "completed", 0, None, None
+
+
+def run_agent(
+    ledger: Ledger,
+    argv: Sequence[str],
+    *,
+    session: str | None = None,
+    prompt: str | None = None,
+    out: BinaryIO | None = None,
+    on_line: Callable[[bytes], None] | None = None,
+) -> RunOutcome:
+    """Run ``argv`` to completion, recording its output stream and outcome in ``ledger``.
+
+    Args:
+        argv: the agent command (``["claude", "-p", "…", "--output-format", "stream-json",
+            "--verbose"]`` or ``["codex", "exec", "--json", "…"]``).
+        session: external session id to record under (default: the agent's own id).
+        prompt: the prompt text (default: :func:`prompt_from_argv`).
+        out: where the agent's stdout is passed through (bytes, flushed per line).
+        on_line: called with each raw line after it was recorded.
+
+    Raises:
+        FileNotFoundError / PermissionError: the command cannot be started (nothing is
+            recorded then).
+    """
+    recorder = _Recorder(
+        ledger, argv, session, prompt if prompt is not None else prompt_from_argv(argv)
+    )
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    main = threading.current_thread() is threading.main_thread()
+    previous = (
+        signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+        if main
+        else None
+    )
+    try:
+        while True:
+            try:
+                line = proc.stdout.readline()
+            except KeyboardInterrupt:
+                continue  # Ctrl+C reached the agent too (same process group); it decides
+            if not line:
+                break
+            if out is not None:
+                out.write(line)
+                out.flush()
+            recorder.feed(line)
+            if on_line is not None:
+                on_line(line)
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        with contextlib.suppress(OSError):
+            proc.stdout.close()
+    return recorder.finish(rc)

@@ -1,0 +1,447 @@
+"""Claude Code ``claude -p --output-format stream-json --verbose`` output -> observations.
+
+Format source: ``shared/research/FORMATS.md`` A4 (``claude-agent-sdk-python``
+``_internal/message_parser.py`` and ``types.py``) and the real captures in
+``tests/fixtures/claude_code-elixir-stream-json``. NDJSON, one event per line:
+
+* ``system``/``init`` -> ``Started`` (model, permission mode, cwd); ``compact_boundary``
+  -> ``Compacted``; other ``system`` subtypes are kept as ``RecordObserved``.
+* ``assistant`` -> ``AssistantReplied`` (one per record: one API message is split into
+  one record per content block, all sharing ``message.id``), ``ToolCallStarted`` per
+  ``tool_use`` block (key ``tool:{id}:start``, as in transcripts and hooks) and
+  ``UsageRecorded`` keyed by ``message.id`` and the usage values (a repeated usage is
+  one fact; a changed one is recorded again and read models keep the last).
+* ``user`` -> ``ToolCallCompleted`` per ``tool_result`` (key ``tool:{id}:end``); text
+  content (``--input-format stream-json``) -> ``PromptSubmitted``.
+* ``result`` -> ``TurnEnded`` (``reason`` = ``result:{subtype}``), ``CostReported``
+  (``total_cost_usd``, ``modelUsage`` as ``by_model``) and, when ``result.usage`` exceeds
+  the usage of the streamed messages (the streamed records carry the output count of the
+  stream's start), a ``UsageRecorded`` for the rest (message id ``{key}:unstreamed``), so
+  the session's tokens equal the agent's own total.
+* anything else (``rate_limit_event``, ``stream_event``, ``conversation_reset``, …) is kept
+  as ``RecordObserved``; a line that is not a JSON object is a :class:`Rejected`.
+
+Records of a subagent (``parent_tool_use_id`` set) belong to the child session
+``"{session_id}/task-{parent_tool_use_id}"``, linked to the parent tool call.
+
+Keys: ``uuid:{uuid}`` when the record has one, else ``line:{sha256}:{n}`` (n-th identical
+line of the stream), so importing the bytes a runner recorded appends nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ledger.observation import Observation, Rejected, SessionRef, json_hash
+from ledger.sources.claude_common import AGENT, classify_prompt, tool_error_text
+from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
+
+SOURCE_FORMAT = "claude-code.stream-json"
+TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+STREAM_TYPES = frozenset(
+    {"system", "assistant", "user", "result", "stream_event", "rate_limit_event"}
+)
+
+
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "claude-code.stream-json": frozenset(
+        {
+            "AssistantReplied",
+            "Compacted",
+            "CostReported",
+            "LinkedToParent",
+            "PromptSubmitted",
+            "RecordObserved",
+            "RunEnded",
+            "Started",
+            "SubagentLinked",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "TurnEnded",
+            "UsageRecorded",
+        }
+    ),
+}
+
+
+def parse_records(lines: Iterable[bytes], source: str) -> Iterator[Observation | Rejected]:
+    """Parse stream-json lines from ``source`` (a path); ends with the run's outcome."""
+    parser = StreamParser(source)
+    for lineno, line in enumerate(lines, start=1):
+        if line.strip():
+            yield from parser.feed_line(line, f"line {lineno}")
+    yield from parser.finish()
+
+
+def parse_array(records: list[Any], source: str) -> Iterator[Observation | Rejected]:
+    """Parse a JSON array of stream-json events (what some tools save)."""
+    import orjson
+
+    parser = StreamParser(source)
+    for i, rec in enumerate(records):
+        yield from parser.feed_line(orjson.dumps(rec), f"[{i}]")
+    yield from parser.finish()
+
+
+class StreamParser:
+    """State of one stream-json stream (one ``claude -p`` process).
+
+    Args:
+        source: where the lines come from (path or ``run:<command>``), for rejections.
+        session_override: record every fact under this external session id instead of the
+            agent's ``session_id`` (``hookledger run --session``).
+        emit_end: at :meth:`finish`, record ``RunEnded`` from the last ``result`` (imports;
+            the runner records the end itself, with the exit status).
+    """
+
+    agent = AGENT
+
+    def __init__(
+        self, source: str, session_override: str | None = None, emit_end: bool = True
+    ) -> None:
+        self.source = source
+        self.override = session_override
+        self.emit_end = emit_end
+        self.keys = LineKeys()
+        self.session: SessionRef | None = None
+        self.cwd: str | None = None
+        self.orphans: list[tuple[Decoded, bytes, str]] = []
+        self.streamed: dict[str, dict[str, int]] = {}  # message id -> last usage since result
+        self.models: set[str] = set()
+        self.children: set[str] = set()
+        self.end_key: str | None = None
+        self.end_error: str | None = None
+
+    # -- input -------------------------------------------------------------------------
+
+    def feed_line(self, line: bytes, location: str) -> list[Observation | Rejected]:
+        """Facts of one line (an empty list while the line waits for its session)."""
+        decoded = decode(line, self.source, location, AGENT, SOURCE_FORMAT)
+        if isinstance(decoded, Rejected):
+            return [decoded]
+        ref = self._session_of(decoded.record)
+        if ref is None:
+            self.orphans.append((decoded, line, location))
+            return []
+        out: list[Observation | Rejected] = []
+        if self.orphans:
+            pending, self.orphans = self.orphans, []
+            for d, oline, _ in pending:
+                out.extend(self._facts(d, oline, self._ref_for(d.record, ref)))
+        out.extend(self._facts(decoded, line, self._ref_for(decoded.record, ref)))
+        return out
+
+    def finish(self) -> list[Observation | Rejected]:
+        """Reject records that never found a session; record the end (imports)."""
+        out: list[Observation | Rejected] = [
+            Rejected(
+                self.source,
+                loc,
+                "record has no session_id and the stream has none",
+                line,
+                AGENT,
+                SOURCE_FORMAT,
+            )
+            for _, line, loc in self.orphans
+        ]
+        self.orphans = []
+        if self.emit_end and self.end_key is not None and self.session is not None:
+            outcome = "failed" if self.end_error is not None else "completed"
+            out.append(
+                Observation(
+                    self.session,
+                    "RunEnded",
+                    f"{self.end_key}:end",
+                    {"outcome": outcome, "reason": self.end_error},
+                    source_format=SOURCE_FORMAT,
+                    record_key=self.end_key,
+                )
+            )
+        return out
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def _session_of(self, rec: dict[str, Any]) -> SessionRef | None:
+        if self.session is None or rec.get("type") == "system":
+            cwd = str_or_none(rec.get("cwd"))
+            self.cwd = cwd or self.cwd
+            sid = self.override or str_or_none(rec.get("session_id"))
+            if sid is not None and (self.session is None or self.session.external_id != sid):
+                self.session = SessionRef(AGENT, sid, None, None, self.cwd)
+        return self.session
+
+    def _ref_for(self, rec: dict[str, Any], ref: SessionRef) -> SessionRef:
+        parent_call = str_or_none(rec.get("parent_tool_use_id"))
+        if parent_call is None:
+            return ref
+        return SessionRef(
+            AGENT, f"{ref.external_id}/task-{parent_call}", ref.external_id, "task", ref.cwd
+        )
+
+    # -- facts -------------------------------------------------------------------------
+
+    def _facts(self, d: Decoded, line: bytes, ref: SessionRef) -> list[Observation | Rejected]:
+        rec = d.record
+        rtype = rec.get("type") if isinstance(rec.get("type"), str) else "(none)"
+        uuid = str_or_none(rec.get("uuid"))
+        record_key = f"uuid:{uuid}" if uuid else self.keys.key(line)
+        common: dict[str, Any] = {"source_format": SOURCE_FORMAT, "record_key": record_key}
+        version = str_or_none(rec.get("claude_code_version"))
+        if version:
+            common["source_version"] = version
+        message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+        facts: list[Observation] = []
+        if rtype == "system":
+            facts = self._system(rec, ref, record_key, common)
+        elif rtype == "assistant":
+            facts = self._assistant(message, ref, record_key, common)
+        elif rtype == "user":
+            facts = self._user(message, ref, record_key, common)
+        elif rtype == "result":
+            facts = self._result(rec, ref, record_key, common)
+        if not facts:
+            subtype = rec.get("subtype")
+            label = f"{rtype}:{subtype}" if isinstance(subtype, str) else rtype
+            facts = [
+                Observation(ref, "RecordObserved", record_key, {"record_type": label}, **common)
+            ]
+        # The raw record travels with the first fact; later facts point at it.
+        facts[0].raw = rec
+        facts[0].redactions = d.redactions
+        if ref.parent_external_id is not None and ref.external_id not in self.children:
+            facts = [*self._link_child(ref, rec, common), *facts]
+        return list(facts)
+
+    def _link_child(
+        self, child: SessionRef, rec: dict[str, Any], common: dict[str, Any]
+    ) -> list[Observation]:
+        self.children.add(child.external_id)
+        parent = SessionRef(AGENT, child.parent_external_id or "", None, None, child.cwd)
+        call = str(rec.get("parent_tool_use_id"))
+        return [
+            Observation(
+                parent,
+                "SubagentLinked",
+                f"subagent:task-{call}:{call}",
+                {
+                    "child_id": child.id,
+                    "child_external_id": child.external_id,
+                    "agent_id": f"task-{call}",
+                    "agent_type": "task",
+                    "tool_use_id": call,
+                },
+                **common,
+            ),
+            Observation(
+                child,
+                "LinkedToParent",
+                f"parent:{call}",
+                {"parent_id": parent.id, "parent_tool_use_id": call},
+                **common,
+            ),
+        ]
+
+    def _system(
+        self, rec: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
+    ) -> list[Observation]:
+        subtype = rec.get("subtype")
+        if subtype == "init":
+            model = str_or_none(rec.get("model"))
+            return [
+                Observation(
+                    ref,
+                    "Started",
+                    key,
+                    {
+                        "source": "stream-json",
+                        "model": model,
+                        "permission_mode": str_or_none(rec.get("permissionMode")),
+                    },
+                    **common,
+                )
+            ]
+        if subtype == "compact_boundary":
+            meta = (
+                rec.get("compact_metadata") if isinstance(rec.get("compact_metadata"), dict) else {}
+            )
+            return [
+                Observation(
+                    ref,
+                    "Compacted",
+                    key,
+                    {
+                        "trigger": str_or_none(meta.get("trigger")),
+                        "pre_tokens": int_or_none(meta.get("pre_tokens")),
+                    },
+                    **common,
+                )
+            ]
+        return []
+
+    def _assistant(
+        self, message: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
+    ) -> list[Observation]:
+        content = message.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        texts = [
+            b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)
+        ]
+        message_id = str_or_none(message.get("id"))
+        model = str_or_none(message.get("model"))
+        facts = [
+            Observation(
+                ref,
+                "AssistantReplied",
+                key,
+                {
+                    "message_id": message_id,
+                    "model": model,
+                    "text": "\n".join(texts),
+                    "stop_reason": str_or_none(message.get("stop_reason")),
+                    "has_thinking": any(b.get("type") == "thinking" for b in blocks),
+                },
+                **common,
+            )
+        ]
+        for b in blocks:
+            call_id = str_or_none(b.get("id"))
+            if b.get("type") != "tool_use" or call_id is None:
+                continue
+            facts.append(
+                Observation(
+                    ref,
+                    "ToolCallStarted",
+                    f"tool:{call_id}:start",
+                    {
+                        "tool_use_id": call_id,
+                        "tool_name": str_or_none(b.get("name")) or "(unknown)",
+                        "tool_input": b.get("input"),
+                        "message_id": message_id,
+                    },
+                    **common,
+                )
+            )
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            tokens = {k: int_or_none(usage.get(k)) or 0 for k in TOKENS}
+            usage_id = message_id or key
+            self.streamed[usage_id] = tokens
+            if model:
+                self.models.add(model)
+            facts.append(
+                Observation(
+                    ref,
+                    "UsageRecorded",
+                    f"usage:{usage_id}:{json_hash(tokens)}",
+                    {"message_id": usage_id, "model": model, **tokens},
+                    **common,
+                )
+            )
+        return facts
+
+    def _user(
+        self, message: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
+    ) -> list[Observation]:
+        content = message.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        facts: list[Observation] = []
+        for b in blocks:
+            call_id = str_or_none(b.get("tool_use_id"))
+            if b.get("type") != "tool_result" or call_id is None:
+                continue
+            is_error = b.get("is_error") is True
+            facts.append(
+                Observation(
+                    ref,
+                    "ToolCallCompleted",
+                    f"tool:{call_id}:end",
+                    {
+                        "tool_use_id": call_id,
+                        "output": b.get("content"),
+                        "is_error": is_error,
+                        "error": tool_error_text(b.get("content")) if is_error else None,
+                    },
+                    **common,
+                )
+            )
+        if facts:
+            return facts
+        parts = (
+            [content]
+            if isinstance(content, str)
+            else [
+                b["text"]
+                for b in blocks
+                if b.get("type") == "text" and isinstance(b.get("text"), str)
+            ]
+        )
+        kind, text = classify_prompt(parts) if parts else ("other", "")
+        if kind == "other":
+            return []
+        return [
+            Observation(ref, "PromptSubmitted", key, {"text": text, "prompt_kind": kind}, **common)
+        ]
+
+    def _result(
+        self, rec: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
+    ) -> list[Observation]:
+        subtype = str_or_none(rec.get("subtype")) or "unknown"
+        is_error = rec.get("is_error") is True or subtype.startswith("error")
+        self.end_key = key
+        self.end_error = f"result:{subtype}" if is_error else None
+        text = rec.get("result") if isinstance(rec.get("result"), str) else None
+        facts = [
+            Observation(
+                ref,
+                "TurnEnded",
+                key,
+                {
+                    "reason": f"result:{subtype}",
+                    "last_assistant_message": text,
+                    "duration_ms": int_or_none(rec.get("duration_ms")),
+                },
+                **common,
+            )
+        ]
+        cost = rec.get("total_cost_usd")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            facts.append(
+                Observation(
+                    ref,
+                    "CostReported",
+                    f"{key}:cost",
+                    {
+                        "cost_usd": float(cost),
+                        "scope": "run",
+                        "by_model": rec.get("modelUsage"),
+                    },
+                    **common,
+                )
+            )
+        usage = rec.get("usage")
+        if isinstance(usage, dict):
+            rest = {
+                k: max(
+                    0, (int_or_none(usage.get(k)) or 0) - sum(u[k] for u in self.streamed.values())
+                )
+                for k in TOKENS
+            }
+            if any(rest.values()):
+                model = next(iter(self.models)) if len(self.models) == 1 else None
+                facts.append(
+                    Observation(
+                        ref,
+                        "UsageRecorded",
+                        f"{key}:usage",
+                        {
+                            "message_id": f"{key}:unstreamed",
+                            "model": model,
+                            **rest,
+                        },
+                        **common,
+                    )
+                )
+        self.streamed = {}
+        self.models = set()
+        return facts

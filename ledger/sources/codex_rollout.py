@@ -1,0 +1,372 @@
+"""Codex rollout files (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``) -> observations.
+
+Format source: ``shared/research/FORMATS.md`` A6 (``RolloutItem`` in ``openai/codex``
+``codex-rs/protocol/src/protocol.rs``) and the real files in
+``tests/fixtures/agentcmd-codex-rollouts`` (CLI 0.40) and
+``tests/fixtures/agent-sessions-schema-drift/codex_*`` (0.50–0.146). Every line is
+``{timestamp, type, payload}``:
+
+* ``session_meta`` (first line; ``id``, later ``session_id``) names the session and gives
+  ``Started``; a later ``session_meta`` (forks replay their parents') is kept as a record.
+* ``response_item``: ``message`` (assistant) -> ``AssistantReplied``; ``function_call``,
+  ``custom_tool_call``, ``local_shell_call`` -> ``ToolCallStarted`` (key
+  ``tool:{call_id}:start``); ``function_call_output``/``custom_tool_call_output`` ->
+  ``ToolCallCompleted`` (failed when ``metadata.exit_code`` is not 0).
+* ``event_msg``: ``user_message`` -> ``PromptSubmitted``; ``token_count`` -> a
+  ``UsageRecorded`` of the *delta* of the cumulative ``total_token_usage`` (an unchanged
+  snapshot records nothing new and is kept as a record; a total that goes down starts a
+  new baseline); ``task_complete``/``turn_aborted`` -> ``TurnEnded``; ``error`` ->
+  ``NotificationReceived``; the legacy ``turn.completed{usage}`` (0.51) -> ``TurnEnded``
+  and per-turn usage unless the file has cumulative ``token_count``s.
+* ``compacted`` -> ``Compacted``. Every other record (``turn_context``, ``reasoning``,
+  ``agent_message`` echoes, ``world_state``, …) is kept as ``RecordObserved``.
+
+Tokens follow ``ledger.sources.codex_common`` (Anthropic's convention). Keys:
+``line:{sha256}:{n}`` per line (lines carry timestamps), tool calls by ``call_id``; a
+line before any ``session_meta`` waits for it, else takes the thread id in the file
+name, else is rejected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from ledger.observation import Observation, Rejected, SessionRef
+from ledger.sources.claude_common import parse_time, text_hash
+from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
+from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
+
+SOURCE_FORMAT = "codex.rollout"
+ROLLOUT_TYPES = frozenset(
+    {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
+)
+_THREAD_IN_NAME = re.compile(
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$"
+)
+_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
+PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
+    "codex.rollout": frozenset(
+        {
+            "AssistantReplied",
+            "Compacted",
+            "NotificationReceived",
+            "PromptSubmitted",
+            "RecordObserved",
+            "Started",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "TurnEnded",
+            "UsageRecorded",
+        }
+    ),
+}
+
+
+def parse_records(lines: Iterable[bytes], source: str) -> Iterator[Observation | Rejected]:
+    """Parse rollout lines from ``source`` (a path; its name may carry the thread id)."""
+    m = _THREAD_IN_NAME.search(source)
+    parser = RolloutParser(source, m.group(1) if m else None)
+    for lineno, line in enumerate(lines, start=1):
+        if line.strip():
+            yield from parser.feed_line(line, f"line {lineno}")
+    yield from parser.finish()
+
+
+class RolloutParser:
+    """State of one rollout file: its session, model, cumulative token totals."""
+
+    def __init__(self, source: str, thread_from_name: str | None = None) -> None:
+        self.source = source
+        self.fallback = thread_from_name
+        self.keys = LineKeys()
+        self.session: SessionRef | None = None
+        self.version: str | None = None
+        self.model: str | None = None
+        self.totals: dict[str, int] | None = None
+        self.seen_calls: set[tuple[str, str]] = set()
+        self.started = False
+        self.prompt_counts: dict[str, int] = {}
+        self.orphans: list[tuple[Decoded, bytes, str]] = []
+
+    def feed_line(self, line: bytes, location: str) -> list[Observation | Rejected]:
+        decoded = decode(line, self.source, location, AGENT, SOURCE_FORMAT)
+        if isinstance(decoded, Rejected):
+            return [decoded]
+        rec = decoded.record
+        payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
+        if self.session is None and rec.get("type") == "session_meta":
+            sid = str_or_none(payload.get("id")) or str_or_none(payload.get("session_id"))
+            if sid is not None:
+                parent = str_or_none(payload.get("parent_thread_id")) or str_or_none(
+                    payload.get("forked_from_id")
+                )
+                self.session = SessionRef(AGENT, sid, parent, None, str_or_none(payload.get("cwd")))
+                self.version = str_or_none(payload.get("cli_version"))
+        if self.session is None:
+            self.orphans.append((decoded, line, location))
+            return []
+        out: list[Observation | Rejected] = []
+        if self.orphans:
+            pending, self.orphans = self.orphans, []
+            for d, oline, _ in pending:
+                out.extend(self._facts(d, oline, self.session))
+        out.extend(self._facts(decoded, line, self.session))
+        return out
+
+    def finish(self) -> list[Observation | Rejected]:
+        if self.orphans and self.fallback is not None:
+            self.session = SessionRef(AGENT, self.fallback)
+            pending, self.orphans = self.orphans, []
+            return [f for d, line, _ in pending for f in self._facts(d, line, self.session)]
+        out: list[Observation | Rejected] = [
+            Rejected(
+                self.source,
+                loc,
+                "rollout record with no session_meta in the file and no thread id in its name",
+                line,
+                AGENT,
+                SOURCE_FORMAT,
+            )
+            for _, line, loc in self.orphans
+        ]
+        self.orphans = []
+        return out
+
+    # -- facts -------------------------------------------------------------------------
+
+    def _facts(self, d: Decoded, line: bytes, ref: SessionRef) -> list[Observation]:
+        rec = d.record
+        rtype = rec.get("type") if isinstance(rec.get("type"), str) else "(none)"
+        payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
+        ptype = payload.get("type") if isinstance(payload.get("type"), str) else None
+        key = self.keys.key(line)
+        common: dict[str, Any] = {
+            "source_format": SOURCE_FORMAT,
+            "source_version": self.version,
+            "occurred_at": parse_time(rec.get("timestamp")),
+            "record_key": key,
+        }
+        facts: list[Observation] = []
+        if rtype == "session_meta" and not self.started:
+            self.started = True
+            facts = [
+                Observation(
+                    ref,
+                    "Started",
+                    key,
+                    {"source": str_or_none(payload.get("originator"))},
+                    **common,
+                )
+            ]
+        elif rtype == "turn_context":
+            self.model = str_or_none(payload.get("model")) or self.model
+        elif rtype == "response_item":
+            facts = self._response_item(ptype, payload, ref, key, common)
+        elif rtype == "event_msg":
+            facts = self._event_msg(ptype, payload, ref, key, common)
+        elif rtype == "compacted":
+            facts = [
+                Observation(
+                    ref,
+                    "Compacted",
+                    key,
+                    {"summary": str_or_none(payload.get("message"))},
+                    **common,
+                )
+            ]
+        if not facts:
+            label = f"{rtype}:{ptype}" if ptype else rtype
+            facts = [Observation(ref, "RecordObserved", key, {"record_type": label}, **common)]
+        facts[0].raw = rec
+        facts[0].redactions = d.redactions
+        return facts
+
+    def _response_item(
+        self,
+        ptype: str | None,
+        p: dict[str, Any],
+        ref: SessionRef,
+        key: str,
+        common: dict[str, Any],
+    ) -> list[Observation]:
+        if ptype == "message" and p.get("role") == "assistant":
+            content = p.get("content") if isinstance(p.get("content"), list) else []
+            texts = [
+                b["text"]
+                for b in content
+                if isinstance(b, dict)
+                and b.get("type") == "output_text"
+                and isinstance(b.get("text"), str)
+            ]
+            return [
+                Observation(
+                    ref,
+                    "AssistantReplied",
+                    key,
+                    {
+                        "message_id": str_or_none(p.get("id")),
+                        "model": self.model,
+                        "text": "\n".join(texts),
+                    },
+                    **common,
+                )
+            ]
+        call_id = str_or_none(p.get("call_id")) or (
+            str_or_none(p.get("id")) if ptype == "local_shell_call" else None
+        )
+        if call_id is None or ptype not in (*_CALLS, *_OUTPUTS):
+            return []
+        phase = "start" if ptype in _CALLS else "end"
+        if (call_id, phase) in self.seen_calls:
+            return []  # the same call written again (forks, replays): kept as a record
+        self.seen_calls.add((call_id, phase))
+        if phase == "start":
+            name = str_or_none(p.get("name")) or (
+                "local_shell" if ptype == "local_shell_call" else "(unknown)"
+            )
+            raw_input = p.get("arguments", p.get("input", p.get("action")))
+            return [
+                Observation(
+                    ref,
+                    "ToolCallStarted",
+                    f"tool:{call_id}:start",
+                    {
+                        "tool_use_id": call_id,
+                        "tool_name": name,
+                        "tool_input": _maybe_json(raw_input),
+                    },
+                    **common,
+                )
+            ]
+        output = _maybe_json(p.get("output"))
+        meta = (
+            output.get("metadata")
+            if isinstance(output, dict) and isinstance(output.get("metadata"), dict)
+            else {}
+        )
+        exit_code = int_or_none(meta.get("exit_code"))
+        seconds = meta.get("duration_seconds")
+        duration = (
+            round(seconds * 1000)
+            if isinstance(seconds, int | float) and not isinstance(seconds, bool)
+            else None
+        )
+        failed = exit_code is not None and exit_code != 0
+        return [
+            Observation(
+                ref,
+                "ToolCallCompleted",
+                f"tool:{call_id}:end",
+                {
+                    "tool_use_id": call_id,
+                    "output": output,
+                    "is_error": failed,
+                    "error": f"exit code {exit_code}" if failed else None,
+                    "duration_ms": duration,
+                },
+                **common,
+            )
+        ]
+
+    def _event_msg(
+        self,
+        ptype: str | None,
+        p: dict[str, Any],
+        ref: SessionRef,
+        key: str,
+        common: dict[str, Any],
+    ) -> list[Observation]:
+        if ptype == "user_message":
+            text = p.get("message") if isinstance(p.get("message"), str) else ""
+            # The n-th prompt of this text is the same fact as the n-th UserPromptSubmit hook.
+            thash = text_hash(text)
+            n = self.prompt_counts[thash] = self.prompt_counts.get(thash, 0) + 1
+            data = {"text": text, "prompt_kind": "human"}
+            alias = (f"prompt:{thash}:{n}",)
+            return [Observation(ref, "PromptSubmitted", key, data, alias_keys=alias, **common)]
+        if ptype == "token_count":
+            return self._token_count(p, ref, key, common)
+        if ptype == "task_complete":
+            return [
+                Observation(
+                    ref,
+                    "TurnEnded",
+                    key,
+                    {
+                        "reason": "task_complete",
+                        "last_assistant_message": str_or_none(p.get("last_agent_message")),
+                        "duration_ms": int_or_none(p.get("duration_ms")),
+                    },
+                    **common,
+                )
+            ]
+        if ptype == "turn_aborted":
+            reason = str_or_none(p.get("reason")) or "unknown"
+            return [
+                Observation(ref, "TurnEnded", key, {"reason": f"turn_aborted:{reason}"}, **common)
+            ]
+        if ptype == "turn.completed":
+            facts = [Observation(ref, "TurnEnded", key, {"reason": "turn.completed"}, **common)]
+            if self.totals is None and has_usage(p.get("usage")):
+                facts.append(self._usage(ledger_tokens(p["usage"]), ref, f"{key}:usage", common))
+            return facts
+        if ptype == "error":
+            err = p.get("error") if isinstance(p.get("error"), dict) else p
+            return [
+                Observation(
+                    ref,
+                    "NotificationReceived",
+                    key,
+                    {
+                        "message": str_or_none(err.get("message")),
+                        "notification_type": "error",
+                    },
+                    **common,
+                )
+            ]
+        return []
+
+    def _token_count(
+        self, p: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
+    ) -> list[Observation]:
+        info = p.get("info") if isinstance(p.get("info"), dict) else {}
+        total = info.get("total_token_usage")
+        if not has_usage(total):
+            return []
+        now = ledger_tokens(total)
+        before = self.totals or dict.fromkeys(now, 0)
+        delta = subtract(now, before)
+        if any(v < 0 for v in delta.values()):
+            delta = now  # the cumulative total went down: a new baseline (e.g. a resumed process)
+        self.totals = now
+        if not any(delta.values()):
+            return []
+        return [self._usage(delta, ref, key, common)]
+
+    def _usage(
+        self, tokens: dict[str, int], ref: SessionRef, key: str, common: dict[str, Any]
+    ) -> Observation:
+        return Observation(
+            ref,
+            "UsageRecorded",
+            key,
+            {"message_id": f"{ref.external_id}:{key}", "model": self.model, **tokens},
+            **common,
+        )
+
+
+def _maybe_json(value: Any) -> Any:
+    """Codex writes tool arguments and outputs as JSON strings; decode them when they are."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value

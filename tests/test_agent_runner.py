@@ -1,0 +1,256 @@
+"""``hookledger run`` against a fake agent that replays a real recorded stream.
+
+``tests/tools/fake_agent.py`` writes a recording (``claude_code-elixir-stream-json``,
+``agentcmd-codex-exec-json`` incl. the truncated one) to stdout line by line, then exits
+with a chosen status, kills itself with a signal, or cuts its last line. The runner must
+record the same ledger as importing the recording (importing it afterwards appends
+nothing: same facts, same keys; tool calls and tokens equal the independent counts),
+plus the prompt and the outcome: exit 0 -> COMPLETED, error result / non-zero exit /
+cut line -> FAILED, signal -> TERMINATED.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import sys
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from conftest import FIXTURES, cli
+
+from api.bootstrap import Services
+from ledger.agent_runner import prompt_from_argv, run_agent
+from ledger.importer import import_paths
+from projections import queries
+
+FAKE = Path(__file__).parent / "tools" / "fake_agent.py"
+TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+STREAM_JSON = sorted((FIXTURES / "claude_code-elixir-stream-json").glob("*.jsonl"))
+CODEX_EXEC = sorted((FIXTURES / "agentcmd-codex-exec-json").glob("*.jsonl"))
+TOOL_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _expected(path: Path) -> dict:
+    """Independent count over the recording: tool call ids (or item ids) and tokens."""
+    records = _records(path)
+    if "thread_id" in records[0]:
+        usage = [r["usage"] for r in records if r["type"] == "turn.completed"]
+        tools = {
+            r["item"]["id"]
+            for r in records
+            if r["type"].startswith("item.") and r["item"]["type"] in TOOL_ITEMS
+        }
+        tokens = {
+            "input_tokens": sum(u["input_tokens"] - u["cached_input_tokens"] for u in usage),
+            "output_tokens": sum(u["output_tokens"] for u in usage),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": sum(u["cached_input_tokens"] for u in usage),
+        }
+        return {"tools": len(tools), "tokens": tokens, "session": records[0]["thread_id"]}
+    tools = {
+        b["id"]
+        for r in records
+        if r["type"] == "assistant"
+        for b in r["message"]["content"]
+        if b["type"] == "tool_use"
+    }
+    results = [r for r in records if r["type"] == "result"]
+    tokens = {t: sum(r["usage"][t] for r in results) for t in TOKENS}
+    return {"tools": len(tools), "tokens": tokens, "session": records[0]["session_id"]}
+
+
+def _run(services: Services, recording: Path, *flags: str, **kw: object):
+    out = io.BytesIO()
+    outcome = run_agent(
+        services.ledger, [sys.executable, str(FAKE), str(recording), *flags], out=out, **kw
+    )
+    services.runner.catch_up()
+    return outcome, out.getvalue()
+
+
+def _session(services: Services, external_id: str) -> dict:
+    (s,) = [s for s in queries.list_sessions(services.models) if s["external_id"] == external_id]
+    return s
+
+
+def _kinds(services: Services, session: dict) -> list[str]:
+    return [type(e).__name__ for e in services.ledger.events.get(UUID(session["id"]))]
+
+
+@pytest.mark.parametrize("recording", STREAM_JSON + CODEX_EXEC, ids=lambda p: p.name)
+def test_run_records_the_same_ledger_as_importing_the_recording(
+    services: Services, recording: Path
+) -> None:
+    want = _expected(recording)
+    outcome, passed_through = _run(services, recording, prompt="the prompt")
+    assert passed_through == recording.read_bytes().rstrip(b"\n") + b"\n"  # output passes through
+    assert outcome.outcome == "completed" and outcome.exit_status == 0
+    s = _session(services, want["session"])
+    assert s["tool_call_count"] == want["tools"]
+    assert {t: s[t] for t in TOKENS} == want["tokens"]
+    assert s["prompt_count"] == 1  # the prompt from the command line
+    assert s["status"] == "COMPLETED"
+    before = services.ledger.max_position()
+    again = import_paths(services.ledger, [recording])
+    assert not again.skipped and again.result.appended == 0  # nothing the run missed
+    assert services.ledger.max_position() == before
+
+
+def test_each_line_is_recorded_as_it_arrives(services: Services) -> None:
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-4.jsonl"
+    positions: list[int] = []
+    run_agent(
+        services.ledger,
+        [sys.executable, str(FAKE), str(recording)],
+        on_line=lambda _line: positions.append(services.ledger.max_position()),
+    )
+    assert len(positions) == len(_records(recording))
+    assert all(b > a for a, b in itertools.pairwise(positions))  # every line appended at once
+
+
+def test_non_zero_exit_fails_the_session(services: Services) -> None:
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-1.jsonl"
+    outcome, _ = _run(services, recording, "--exit", "3")
+    assert (outcome.outcome, outcome.exit_code, outcome.exit_status) == ("failed", 3, 3)
+    s = _session(services, _expected(recording)["session"])
+    assert s["status"] == "FAILED" and s["ended_at"] is not None
+
+
+def test_signal_terminates_the_session(services: Services) -> None:
+    recording = FIXTURES / "claude_code-elixir-stream-json" / "read_file.jsonl"
+    outcome, _ = _run(services, recording, "--signal", "SIGKILL")
+    assert (outcome.outcome, outcome.signal, outcome.exit_status) == ("terminated", 9, 137)
+    assert _session(services, _expected(recording)["session"])["status"] == "TERMINATED"
+
+
+def test_truncated_codex_stream_keeps_what_arrived(services: Services) -> None:
+    # The real capture stops after turn.started; here the process is then terminated.
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-multi-1.TRUNCATED.jsonl"
+    outcome, _ = _run(services, recording, "--signal", "SIGTERM")
+    assert outcome.outcome == "terminated"
+    s = _session(services, _records(recording)[0]["thread_id"])
+    assert s["status"] == "TERMINATED"
+    kinds = _kinds(services, s)
+    assert kinds.count("Started") == 1 and kinds.count("RecordObserved") == 1  # turn.started kept
+    assert import_paths(services.ledger, [recording]).result.appended == 0
+
+
+def test_error_result_fails_the_session(services: Services, tmp_path: Path) -> None:
+    # The real simple_hello stream with its result turned into an error result.
+    lines = (
+        (FIXTURES / "claude_code-elixir-stream-json" / "simple_hello.jsonl")
+        .read_text()
+        .splitlines()
+    )
+    result = json.loads(lines[-1])
+    result.update(subtype="error_max_turns", is_error=True)
+    recording = tmp_path / "error_result.jsonl"
+    recording.write_text("\n".join([*lines[:-1], json.dumps(result)]) + "\n")
+    outcome, _ = _run(services, recording)
+    assert (outcome.outcome, outcome.exit_code, outcome.reason) == (
+        "failed",
+        0,
+        "result:error_max_turns",
+    )
+    assert _session(services, result["session_id"])["status"] == "FAILED"
+
+
+def test_stream_cut_mid_line_keeps_everything_and_records_the_cut(services: Services) -> None:
+    recording = FIXTURES / "claude_code-elixir-stream-json" / "error_case.jsonl"
+    records = _records(recording)
+    outcome, _ = _run(services, recording, "--cut")
+    assert outcome.stream_cut and outcome.outcome == "failed"
+    assert outcome.recorded.rejected == 1  # the half line, kept with its reason
+    s = _session(services, records[0]["session_id"])
+    assert s["status"] == "FAILED"
+    # everything before the cut (the result line) is there: tool calls and streamed usage
+    tools = {
+        b["id"]
+        for r in records
+        if r["type"] == "assistant"
+        for b in r["message"]["content"]
+        if b["type"] == "tool_use"
+    }
+    assert s["tool_call_count"] == len(tools)
+    last: dict[str, dict] = {
+        r["message"]["id"]: r["message"]["usage"] for r in records if r["type"] == "assistant"
+    }
+    assert {t: s[t] for t in TOKENS} == {t: sum(u[t] for u in last.values()) for t in TOKENS}
+    (ended,) = [
+        e for e in services.ledger.events.get(UUID(s["id"])) if type(e).__name__ == "RunEnded"
+    ]
+    assert ended.stream_cut is True and ended.exit_code == 0
+
+
+def test_follow_up_with_session_continues_the_same_ledger_session(services: Services) -> None:
+    first = FIXTURES / "claude_code-elixir-stream-json" / "simple_hello.jsonl"
+    second = FIXTURES / "claude_code-elixir-stream-json" / "file_listing.jsonl"
+    sid = _expected(first)["session"]
+    _run(services, first, prompt="hello")
+    _run(services, second, prompt="list the files", session=sid)
+    s = _session(services, sid)
+    assert s["prompt_count"] == 2 and s["status"] == "COMPLETED"
+    want = {t: _expected(first)["tokens"][t] + _expected(second)["tokens"][t] for t in TOKENS}
+    assert {t: s[t] for t in TOKENS} == want
+    detail = queries.get_session(services.models, s["id"])
+    assert [b["prompt"] for b in detail["batches"]] == ["hello", "list the files"]
+    kinds = _kinds(services, s)
+    assert kinds.count("Reopened") == 1 and kinds.count("RunEnded") == 2
+    # the second run's own session id was not used
+    assert _expected(second)["session"] not in {
+        x["external_id"] for x in queries.list_sessions(services.models)
+    }
+
+
+def test_prompt_is_read_from_claude_and_codex_command_lines() -> None:
+    claude = ["claude", "-p", "fix the bug", "--output-format", "stream-json", "--verbose"]
+    assert prompt_from_argv(claude) == "fix the bug"
+    assert (
+        prompt_from_argv(["codex", "exec", "--json", "-m", "gpt-5", "write tests"]) == "write tests"
+    )
+    assert prompt_from_argv(["codex", "exec", "resume", "--last", "--json", "go on"]) == "go on"
+    assert prompt_from_argv(["codex", "exec", "--json", "-"]) is None  # prompt on stdin
+    assert prompt_from_argv(["python", "agent.py", "x"]) is None  # not a known agent
+
+
+def test_cli_run_passes_output_through_and_exits_with_the_agent_status(services: Services) -> None:
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    proc = cli(
+        services.settings,
+        "run",
+        "--prompt",
+        "list files",
+        "--",
+        sys.executable,
+        str(FAKE),
+        str(recording),
+        "--exit",
+        "2",
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == recording.read_bytes().rstrip(b"\n") + b"\n"
+    assert b"failed" in proc.stderr
+    services.runner.catch_up()
+    s = _session(services, _expected(recording)["session"])
+    assert s["status"] == "FAILED" and s["prompt_count"] == 1
+
+
+def test_private_spans_of_the_prompt_are_removed_before_storage(services: Services) -> None:
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-1.jsonl"
+    _run(services, recording, prompt="what is <private>my api key sk-123</private> 2+2")
+    s = _session(services, _expected(recording)["session"])
+    (prompt,) = [
+        e
+        for e in services.ledger.events.get(UUID(s["id"]))
+        if type(e).__name__ == "PromptSubmitted"
+    ]
+    assert "sk-123" not in prompt.text and "2+2" in prompt.text
+    assert [r.kind for r in prompt.redactions] == ["private_tag"]

@@ -1,0 +1,332 @@
+"""Claude stream-json and Codex (exec --json, rollouts) files in, correct sessions out.
+
+Every file of the stream fixtures is imported into a fresh store. Per file, the prompts,
+tool calls and token totals must equal an independent count written here with plain
+``json`` over the fixture (not our parsers):
+
+* stream-json: tool calls = ``tool_use`` ids; tokens = the sum of the ``result`` records'
+  ``usage`` (the agent's own total); where a stream has no result usage, the last usage
+  of each ``message.id``.
+* Codex exec: tool calls = distinct tool item ids; tokens = ``turn.completed`` usage with
+  ``input - cached`` as input and ``cached`` as cache reads (Anthropic's convention).
+* rollouts: prompts = ``event_msg/user_message`` texts; tool calls = distinct ``call_id``s
+  of ``function_call``/``custom_tool_call``; tokens = the last cumulative
+  ``total_token_usage`` (so repeated snapshots must not add up), input + output +
+  cache_read = Codex's own ``total_tokens``.
+
+Every record is kept: the number of stored events carrying a raw record plus rejected
+lines equals the number of records in the file (unknown types are ``RecordObserved``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from conftest import FIXTURES
+
+from api.bootstrap import Services
+from ledger.importer import import_paths
+from projections import queries
+
+TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+STREAM_JSON = [
+    *sorted((FIXTURES / "claude_code-elixir-stream-json").glob("*.json*")),
+    FIXTURES / "claude-code-action-stream-json" / "sample-turns.json",
+]
+CODEX_EXEC = sorted((FIXTURES / "agentcmd-codex-exec-json").glob("*.jsonl"))
+ROLLOUTS = [
+    *sorted((FIXTURES / "agentcmd-codex-rollouts").glob("rollout-*.jsonl")),
+    FIXTURES / "agent-sessions-schema-drift" / "codex_053_rate_limit.jsonl",
+]
+TOOL_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}
+
+
+def _records(path: Path) -> list[dict]:
+    text = path.read_text()
+    if path.suffix == ".json":
+        doc = json.loads(text)
+        return doc if isinstance(doc, list) else [doc]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _import_one(services: Services, path: Path) -> dict:
+    summary = import_paths(services.ledger, [path])
+    assert summary.files == 1 and not summary.skipped, summary.skipped
+    services.runner.catch_up()
+    (session,) = [s for s in queries.list_sessions(services.models) if s["parent_id"] is None]
+    return session
+
+
+def _tokens(session: dict) -> dict[str, int]:
+    return {t: session[t] for t in TOKENS}
+
+
+def _events(services: Services, session: dict) -> list:
+    return list(services.ledger.events.get(UUID(session["id"])))
+
+
+def _tool_ids(services: Services, session: dict) -> list[str]:
+    detail = queries.get_session(services.models, session["id"])
+    assert detail is not None
+    return sorted(c["tool_use_id"] for c in detail["tool_calls"] if c["start_position"])
+
+
+# -- Claude stream-json --------------------------------------------------------------------
+
+
+def _stream_json_expected(records: list[dict]) -> dict:
+    tool_ids = sorted(
+        b["id"]
+        for r in records
+        if r.get("type") == "assistant"
+        for b in r["message"]["content"]
+        if b.get("type") == "tool_use"
+    )
+    errors = sum(
+        1
+        for r in records
+        if r.get("type") == "user"
+        for b in r["message"]["content"]
+        if b.get("type") == "tool_result" and b.get("is_error") is True
+    )
+    results = [r for r in records if r.get("type") == "result" and "usage" in r]
+    if results:
+        tokens = {t: sum(r["usage"].get(t, 0) for r in results) for t in TOKENS}
+    else:
+        last: dict[str, dict] = {}
+        for r in records:
+            if r.get("type") == "assistant" and "usage" in r["message"]:
+                last[r["message"]["id"]] = r["message"]["usage"]
+        tokens = {t: sum(u.get(t, 0) for u in last.values()) for t in TOKENS}
+    cost = sum(r.get("total_cost_usd", 0) for r in records if r.get("type") == "result")
+    return {"tool_ids": tool_ids, "errors": errors, "tokens": tokens, "cost": cost}
+
+
+@pytest.mark.parametrize("path", STREAM_JSON, ids=lambda p: p.name)
+def test_stream_json_matches_independent_count(services: Services, path: Path) -> None:
+    records = _records(path)
+    want = _stream_json_expected(records)
+    session = _import_one(services, path)
+    assert session["agent"] == "claude-code"
+    assert session["external_id"] == next(r["session_id"] for r in records if "session_id" in r)
+    assert session["prompt_count"] == 0  # -p streams carry no prompt (the runner adds it)
+    assert _tool_ids(services, session) == want["tool_ids"]
+    assert session["tool_error_count"] == want["errors"]
+    assert _tokens(session) == want["tokens"]
+    events = _events(services, session)
+    costs = [e.cost_usd for e in events if type(e).__name__ == "CostReported"]
+    assert sum(costs) == pytest.approx(want["cost"])
+    # every record kept: one event per record carries it raw
+    assert sum(1 for e in events if e.raw is not None) == len(records)
+    results = [r for r in records if r.get("type") == "result"]
+    if results:
+        assert session["status"] == ("FAILED" if results[-1].get("is_error") else "COMPLETED")
+
+
+# -- Codex exec --json ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CODEX_EXEC, ids=lambda p: p.name)
+def test_codex_exec_matches_independent_count(services: Services, path: Path) -> None:
+    records = _records(path)
+    tool_items = {
+        r["item"]["id"]
+        for r in records
+        if r["type"].startswith("item.") and r["item"]["type"] in TOOL_ITEMS
+    }
+    usage = [r["usage"] for r in records if r["type"] == "turn.completed"]
+    want = {
+        "input_tokens": sum(u["input_tokens"] - u["cached_input_tokens"] for u in usage),
+        "output_tokens": sum(u["output_tokens"] for u in usage),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": sum(u["cached_input_tokens"] for u in usage),
+    }
+    session = _import_one(services, path)
+    assert session["agent"] == "codex"
+    assert session["external_id"] == records[0]["thread_id"]
+    assert session["prompt_count"] == 0
+    assert session["tool_call_count"] == len(tool_items)
+    assert _tokens(session) == want
+    # Codex's own total (input incl. cached + output) is kept
+    assert sum(want.values()) == sum(u["input_tokens"] + u["output_tokens"] for u in usage)
+    events = _events(services, session)
+    assert sum(1 for e in events if e.raw is not None) == len(records)
+    assert session["status"] == ("COMPLETED" if usage else "ACTIVE")
+
+
+def test_codex_exec_tool_calls_carry_exit_codes(services: Services) -> None:
+    path = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    done = [r["item"] for r in _records(path) if r["type"] == "item.completed"]
+    (cmd,) = [i for i in done if i["type"] == "command_execution"]
+    session = _import_one(services, path)
+    detail = queries.get_session(services.models, session["id"])
+    (call,) = detail["tool_calls"]
+    assert call["tool_name"] == "shell"
+    assert call["output"]["exit_code"] == cmd["exit_code"]
+    assert call["output"]["aggregated_output"] == cmd["aggregated_output"]
+    assert bool(call["is_error"]) is (cmd["exit_code"] != 0)
+
+
+# -- Codex rollouts ------------------------------------------------------------------------
+
+
+def _rollout_expected(records: list[dict]) -> dict:
+    prompts = [
+        r["payload"]["message"]
+        for r in records
+        if r.get("type") == "event_msg" and r["payload"].get("type") == "user_message"
+    ]
+    calls = {
+        r["payload"]["call_id"]
+        for r in records
+        if r.get("type") == "response_item"
+        and r["payload"].get("type") in ("function_call", "custom_tool_call")
+    }
+    totals = [
+        r["payload"]["info"]["total_token_usage"]
+        for r in records
+        if r.get("type") == "event_msg"
+        and r["payload"].get("type") == "token_count"
+        and isinstance(r["payload"].get("info"), dict)
+    ]
+    last = totals[-1]
+    tokens = {
+        "input_tokens": last["input_tokens"] - last["cached_input_tokens"],
+        "output_tokens": last["output_tokens"],
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": last["cached_input_tokens"],
+    }
+    return {
+        "prompts": prompts,
+        "calls": sorted(calls),
+        "tokens": tokens,
+        "total": last["total_tokens"],
+    }
+
+
+@pytest.mark.parametrize("path", ROLLOUTS, ids=lambda p: p.name)
+def test_rollout_matches_independent_count(services: Services, path: Path) -> None:
+    records = _records(path)
+    want = _rollout_expected(records)
+    session = _import_one(services, path)
+    assert session["agent"] == "codex"
+    assert session["external_id"] == records[0]["payload"]["id"]
+    detail = queries.get_session(services.models, session["id"])
+    assert [b["prompt"] for b in detail["batches"]] == want["prompts"]
+    assert session["prompt_count"] == len(want["prompts"])
+    assert _tool_ids(services, session) == want["calls"]
+    assert _tokens(session) == want["tokens"]
+    assert sum(want["tokens"].values()) == want["total"]  # Codex's own total_tokens
+    events = _events(services, session)
+    assert sum(1 for e in events if e.raw is not None) == len(records)
+    kept = {e.record_type for e in events if type(e).__name__ == "RecordObserved"}
+    assert "turn_context" in kept or path.name.startswith("codex_053")
+
+
+def test_repeated_token_count_snapshots_add_nothing(services: Services, tmp_path: Path) -> None:
+    # ccusage#1288: Codex re-emits token_count with an unchanged total. Write every
+    # token_count line of a real rollout twice (a second later) and import: same tokens.
+    src = FIXTURES / "agentcmd-codex-rollouts" / ROLLOUTS[1].name
+    lines = []
+    for line in src.read_text().splitlines():
+        lines.append(line)
+        r = json.loads(line)
+        if r["type"] == "event_msg" and r["payload"].get("type") == "token_count":
+            r["timestamp"] = r["timestamp"].replace("Z", "1Z")
+            lines.append(json.dumps(r))
+    doubled = tmp_path / src.name
+    doubled.write_text("\n".join(lines) + "\n")
+    want = _rollout_expected(_records(src))
+    session = _import_one(services, doubled)
+    assert _tokens(session) == want["tokens"]
+    # the repeated snapshots are kept as records, not dropped
+    events = _events(services, session)
+    assert sum(1 for e in events if e.raw is not None) == len(lines)
+
+
+def test_rollout_schema_drift_files_import(services: Services) -> None:
+    folder = FIXTURES / "agent-sessions-schema-drift"
+    paths = sorted(folder.glob("codex_*.jsonl"))
+    summary = import_paths(services.ledger, paths)
+    assert summary.files == len(paths) and not summary.skipped
+    services.runner.catch_up()
+    sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
+    # 0.51: per-turn usage in legacy turn.completed records (no cumulative token_count)
+    usage = [
+        r["payload"]["usage"]
+        for r in _records(folder / "codex_051_usage.jsonl")
+        if "usage" in r["payload"]
+    ]
+    assert sessions["test-usage-session"]["cache_read_input_tokens"] == sum(
+        u["cached_input_tokens"] for u in usage
+    )
+    assert sessions["test-usage-session"]["output_tokens"] == sum(u["output_tokens"] for u in usage)
+    # 0.50: legacy {prompt, completion} info is not a usage we can trust: kept, not counted
+    assert _tokens(sessions["test-legacy-session"]) == dict.fromkeys(TOKENS, 0)
+    # the file with no session_meta keeps every line, as rejected input with the reason
+    drift_lines = (folder / "codex_rollout_schema_drift.jsonl").read_text().splitlines()
+    rejected_before = summary.result.rejected
+    assert rejected_before == sum(1 for line in drift_lines if line.strip())
+
+
+def test_reimport_appends_nothing(services: Services) -> None:
+    paths = [*STREAM_JSON, *CODEX_EXEC, *ROLLOUTS]
+    first = import_paths(services.ledger, paths)
+    assert first.result.appended > 0 and not first.skipped
+    second = import_paths(services.ledger, paths)
+    assert second.result.appended == 0
+    assert second.result.duplicates > 0
+
+
+def test_single_record_extracts_are_kept_as_rejected_with_a_reason(services: Services) -> None:
+    # Upstream extracted single rollout lines (no session_meta, no thread id in the name).
+    paths = [
+        FIXTURES / "agentcmd-codex-rollouts" / n
+        for n in ("event-turn-aborted.jsonl", "function-output-error.jsonl")
+    ]
+    summary = import_paths(services.ledger, paths)
+    assert summary.files == 2 and summary.result.rejected == 2
+
+
+def test_stream_json_keeps_unknown_records_and_files_subagent_records_under_a_child(
+    services: Services, tmp_path: Path
+) -> None:
+    # The real create_file stream with two records added: a rate_limit_event (FORMATS.md A4)
+    # and its tool_use echoed as a subagent record (parent_tool_use_id set).
+    src = FIXTURES / "claude_code-elixir-stream-json" / "create_file.jsonl"
+    records = _records(src)
+    sid = records[0]["session_id"]
+    parent_call = next(
+        b["id"]
+        for r in records
+        if r["type"] == "assistant"
+        for b in r["message"]["content"]
+        if b["type"] == "tool_use"
+    )
+    limit = {
+        "type": "rate_limit_event",
+        "rate_limit_info": {"status": "allowed"},
+        "session_id": sid,
+    }
+    child = json.loads(json.dumps(records[1]))
+    child["parent_tool_use_id"] = parent_call
+    child["message"]["id"] = "msg_child"
+    path = tmp_path / "with_extras.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(r) for r in [*records[:-1], limit, child, records[-1]]) + "\n"
+    )
+    summary = import_paths(services.ledger, [path])
+    assert not summary.skipped and summary.result.rejected == 0
+    services.runner.catch_up()
+    sessions = {s["external_id"]: s for s in queries.list_sessions(services.models)}
+    kid = sessions[f"{sid}/task-{parent_call}"]
+    assert kid["parent_id"] == sessions[sid]["id"] and kid["parent_tool_use_id"] == parent_call
+    kinds = [
+        (type(e).__name__, getattr(e, "record_type", None))
+        for e in _events(services, sessions[sid])
+    ]
+    assert ("RecordObserved", "rate_limit_event") in kinds
+    assert ("SubagentLinked", None) in kinds

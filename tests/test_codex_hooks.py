@@ -1,0 +1,110 @@
+"""Codex command hooks through ``POST /v1/hooks/codex`` on a real server.
+
+No licensed capture of Codex hook payloads exists (FORMATS.md B, gaps), so the payloads
+are built here with the fields of ``openai/codex`` ``codex-rs/hooks/schema/generated/
+*.command.input.schema.json``, around a real tool call taken from a real rollout: the
+hooks and the later import of that rollout must land in one session with the tool call
+counted once (both use the Codex ``call_id``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from conftest import FIXTURES, Server
+
+from api.bootstrap import build
+from ledger.config import Settings
+from ledger.importer import import_paths
+from projections import queries
+
+ROLLOUT = (
+    FIXTURES
+    / "agentcmd-codex-rollouts"
+    / "rollout-2025-09-24T20-12-23-01997ea4-a70d-7da3-8c20-c736db82a7c5.jsonl"
+)
+
+
+def _rollout() -> list[dict]:
+    return [json.loads(line) for line in ROLLOUT.read_text().splitlines() if line.strip()]
+
+
+def test_codex_hooks_and_rollout_share_one_session(settings: Settings, server: Server) -> None:
+    records = _rollout()
+    meta = records[0]["payload"]
+    call = next(r["payload"] for r in records if r["payload"].get("type") == "function_call")
+    prompt = next(
+        r["payload"]["message"] for r in records if r["payload"].get("type") == "user_message"
+    )
+    common = {
+        "session_id": meta["id"],
+        "cwd": meta["cwd"],
+        "model": "gpt-5-codex",
+        "permission_mode": "default",
+        "transcript_path": None,
+        "turn_id": "turn-1",
+    }
+    hooks = [
+        {**common, "hook_event_name": "SessionStart", "source": "startup"},
+        {**common, "hook_event_name": "UserPromptSubmit", "prompt": prompt},
+        {
+            **common,
+            "hook_event_name": "PreToolUse",
+            "tool_name": call["name"],
+            "tool_input": json.loads(call["arguments"]),
+            "tool_use_id": call["call_id"],
+        },
+        {
+            **common,
+            "hook_event_name": "PostToolUse",
+            "tool_name": call["name"],
+            "tool_input": json.loads(call["arguments"]),
+            "tool_use_id": call["call_id"],
+            "tool_response": {"exit_code": 1, "output": "boom"},
+        },
+        {
+            **common,
+            "hook_event_name": "Stop",
+            "stop_hook_active": False,
+            "last_assistant_message": "done",
+        },
+        {**common, "hook_event_name": "PostCompact"},  # newer than this parser: kept as unknown
+    ]
+    for i, h in enumerate(hooks):
+        r = httpx.post(
+            server.url + "/v1/hooks/codex",
+            content=json.dumps(h).encode(),
+            headers={"X-Hookledger-Capture-Key": f"codex-{i}"},
+            timeout=30,
+        )
+        assert r.status_code == 202, r.text
+    bad = httpx.post(
+        server.url + "/v1/hooks/codex", content=b'{"hook_event_name": "Stop"}', timeout=30
+    )
+    assert bad.status_code == 400 and "session_id" in bad.text
+
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        (s,) = queries.list_sessions(services.models, agent="codex")
+        assert (s["external_id"], s["status"]) == (meta["id"], "WAITING")
+        assert s["prompt_count"] == 1 and s["tool_call_count"] == 1 and s["tool_error_count"] == 1
+        detail = queries.get_session(services.models, s["id"])
+        assert [b["prompt"] for b in detail["batches"]] == [prompt]
+        # import the rollout of the same thread: its copy of the hooked tool call adds nothing
+        summary = import_paths(services.ledger, [ROLLOUT])
+        assert not summary.skipped
+        services.runner.catch_up()
+        (s,) = queries.list_sessions(services.models, agent="codex")
+        calls = {
+            r["payload"]["call_id"] for r in records if r["payload"].get("type") == "function_call"
+        }
+        assert s["tool_call_count"] == len(calls)
+        # and its copy of the hooked prompt is the same fact (prompt text + occurrence)
+        prompts = [
+            r["payload"]["message"] for r in records if r["payload"].get("type") == "user_message"
+        ]
+        assert s["prompt_count"] == len(prompts)
+    finally:
+        services.close()

@@ -1,0 +1,42 @@
+"""A fake agent for runner tests: replays a recorded stream to stdout, line by line.
+
+Usage: ``python fake_agent.py RECORDING [--cut] [--exit N] [--signal NAME] [--array]``
+
+* ``--cut``: the last line is written only half, without its newline (a stream cut).
+* ``--exit N``: exit with status N after the stream.
+* ``--signal NAME``: kill itself with signal NAME (e.g. ``SIGKILL``) after the stream.
+* ``--array``: the recording is a JSON array of events (written one per line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("recording")
+parser.add_argument("--cut", action="store_true")
+parser.add_argument("--exit", type=int, default=0)
+parser.add_argument("--signal", default=None)
+parser.add_argument("--array", action="store_true")
+args = parser.parse_args()
+
+with open(args.recording, "rb") as f:
+    data = f.read()
+if args.array:
+    lines = [json.dumps(r).encode() + b"\n" for r in json.loads(data)]
+else:
+    lines = [line + b"\n" for line in data.split(b"\n") if line.strip()]
+if args.cut and lines:
+    last = lines[-1].rstrip(b"\n")
+    lines[-1] = last[: len(last) // 2]
+out = sys.stdout.buffer
+for line in lines:
+    out.write(line)
+    out.flush()
+if args.signal:
+    os.kill(os.getpid(), getattr(signal, args.signal))
+sys.exit(args.exit)
