@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ledger.secrets import may_hold_secret, redact_field_value, redact_secrets
+from ledger.secrets import RuleSet, may_hold_secret, redact_field_value, redact_secrets, rules_for
 
 _TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE | re.ASCII)
 PLACEHOLDER = "[private]"
@@ -71,41 +71,50 @@ def redact_text(text: str, path: str = "$") -> tuple[str, list[dict[str, Any]]]:
     return _text(text, path, redactions), redactions
 
 
-def _text(text: str, path: str, redactions: list[dict[str, Any]]) -> str:
+def _text(
+    text: str, path: str, redactions: list[dict[str, Any]], rules: RuleSet | None = None
+) -> str:
     cleaned, n = strip_private_text(text)
     if n:
         redactions.append({"kind": "private_tag", "path": path, "count": n})
-    cleaned, counts = redact_secrets(cleaned)
+    cleaned, counts = redact_secrets(cleaned, rules)
     redactions.extend({"kind": k, "path": path, "count": c} for k, c in counts.items())
     return cleaned
 
 
-def strip_private(value: Any, path: str = "$") -> tuple[Any, list[dict[str, Any]]]:
+def strip_private(
+    value: Any, path: str = "$", raw: bytes | None = None
+) -> tuple[Any, list[dict[str, Any]]]:
     """Apply :func:`redact_text` to every string (values and keys) in a JSON value, and
     redact whole a string value whose key names a secret.
 
+    ``raw``: the JSON text ``value`` was decoded from, when the caller has it: only the
+    secret rules whose literals occur in it are tried (:func:`ledger.secrets.rules_for`).
     Returns the cleaned value (a new object only where something changed) and a list of
     redaction dicts ``{"kind": ..., "path": ..., "count": n}``.
     """
     redactions: list[dict[str, Any]] = []
-    return _walk(value, path, redactions), redactions
+    rules = rules_for(raw, value) if raw is not None else None
+    return _walk(value, path, redactions, rules), redactions
 
 
-def _walk(value: Any, path: str, redactions: list[dict[str, Any]]) -> Any:
+def _walk(
+    value: Any, path: str, redactions: list[dict[str, Any]], rules: RuleSet | None
+) -> Any:
     if isinstance(value, str):
-        return _text(value, path, redactions)
+        return _text(value, path, redactions, rules)
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            key = _text(k, f"{path}.<key>", redactions) if isinstance(k, str) else k
+            key = _text(k, f"{path}.<key>", redactions, rules) if isinstance(k, str) else k
             child = f"{path}.{k}"
-            v = _walk(v, child, redactions)
-            if isinstance(v, str) and isinstance(k, str):
+            v = _walk(v, child, redactions, rules)
+            if isinstance(v, str) and isinstance(k, str) and (rules is None or rules.fields):
                 v, kind = redact_field_value(k, v)
                 if kind:
                     redactions.append({"kind": kind, "path": child, "count": 1})
             out[key] = v
         return out
     if isinstance(value, list):
-        return [_walk(v, f"{path}[{i}]", redactions) for i, v in enumerate(value)]
+        return [_walk(v, f"{path}[{i}]", redactions, rules) for i, v in enumerate(value)]
     return value

@@ -20,9 +20,11 @@ gitleaks / GitHub secret-scanning catalogues; see ``docs/privacy.md`` for the ta
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 PLACEHOLDER = "[redacted:{}]"
 _PLACEHOLDER_PREFIX = "[redacted:"
@@ -84,6 +86,22 @@ class Rule:
     def may_match(self, text: str, lowered: str) -> bool:
         hay = lowered if self.ignore_case else text
         return any(s in hay for s in self.any_of) and all(s in hay for s in self.all_of)
+
+    def may_match_bytes(self, raw: bytes, lowered: bytes) -> bool:
+        hay = lowered if self.ignore_case else raw
+        any_b, all_b = _encoded(self)
+        return any(s in hay for s in any_b) and all(s in hay for s in all_b)
+
+
+_ENCODED: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
+
+
+def _encoded(rule: Rule) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    found = _ENCODED.get(rule.kind)
+    if found is None:
+        found = tuple(s.encode() for s in rule.any_of), tuple(s.encode() for s in rule.all_of)
+        _ENCODED[rule.kind] = found
+    return found
 
 
 def _r(pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -169,9 +187,9 @@ def catalogue() -> tuple[Rule, ...]:
         Rule("basic_auth", ("basic",), _r(
             r"authorization(?:\\?[\"'])?\s{0,4}:\s{0,4}(?:\\?[\"'])?basic\s{1,4}(?P<v>[A-Za-z0-9+/]{8,1024}=*)",
             _I), all_of=("authorization",), ignore_case=True),
-        Rule("url_password", ("@",), _r(
+        Rule("url_password", ("://",), _r(
             r"[A-Za-z][A-Za-z0-9+.\-]{0,20}:(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
-            r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("//",)),
+            r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("@",)),
         Rule("env_secret_assignment", ("KEY", "SECRET", "TOKEN", "PASS", "PWD", "CREDENTIAL"), _r(
             _LW + r"(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
             accept=_env_name_is_secret),
@@ -185,13 +203,22 @@ def catalogue() -> tuple[Rule, ...]:
     )
 
 
-@functools.cache
-def _raw_literals() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """(case-sensitive literals, lower-case literals) of the pre-check."""
-    rules = catalogue()
-    exact = {s.encode() for r in rules if not r.ignore_case for s in r.any_of}
-    lower = {s.encode() for r in rules if r.ignore_case for s in r.any_of} | _FIELD_ENDS
-    return tuple(sorted(exact)), tuple(sorted(lower))
+def rules_for(raw: bytes, value: Any = None) -> RuleSet:
+    """The rules that may match some string of the JSON text ``raw`` (decoded: ``value``):
+    the walk over the record then runs only these, and redacts object fields by name
+    only when some key can name a secret (``RuleSet.fields``).
+
+    A ``\\u`` or ``\\/`` escape in ``raw`` could hide a literal: then the literals are
+    looked for in ``value`` dumped again without them (``ensure_ascii=False``; only control
+    characters, which no literal holds, stay escaped), or every rule runs when no
+    ``value`` is given."""
+    if b"\\u" in raw or b"\\/" in raw:
+        if value is None:
+            return ruleset(catalogue(), fields=True)
+        raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    lowered = raw.lower()
+    chosen = tuple(r for r in catalogue() if r.may_match_bytes(raw, lowered))
+    return ruleset(chosen, fields=any(f in lowered for f in _FIELD_ENDS))
 
 
 def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
@@ -199,21 +226,70 @@ def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
     decode to a match of any rule. ``lowered`` is ``raw.lower()`` if the caller has it."""
     if b"\\u" in raw or b"\\/" in raw:
         return True
-    exact, lower = _raw_literals()
-    if any(s in raw for s in exact):
-        return True
     low = raw.lower() if lowered is None else lowered
-    return any(s in low for s in lower)
+    return any(f in low for f in _FIELD_ENDS) or any(
+        r.may_match_bytes(raw, low) for r in catalogue()
+    )
 
 
-def redact_secrets(text: str) -> tuple[str, dict[str, int]]:
+@dataclass(frozen=True)
+class RuleSet:
+    """Rules to try on the strings of one record, with two regexes finding any of their
+    literals (case-sensitive ones in the text, lower-case ones in the lower-cased text):
+    one C-level scan each tells whether a string needs any rule at all."""
+
+    rules: tuple[Rule, ...]
+    exact: re.Pattern[str] | None
+    lower: re.Pattern[str] | None
+    fields: bool = True
+
+
+_RULESETS: dict[tuple[Any, ...], RuleSet] = {}
+
+
+def ruleset(rules: tuple[Rule, ...], fields: bool = True) -> RuleSet:
+    """The :class:`RuleSet` of ``rules`` (cached per set of kinds); ``fields``: whether
+    object fields are redacted by name (:func:`redact_field_value`)."""
+    key = (fields, *(r.kind for r in rules))
+    found = _RULESETS.get(key)
+    if found is None:
+
+        def union(literals: set[str]) -> re.Pattern[str] | None:
+            ordered = sorted(literals, key=len)
+            return re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
+
+        found = RuleSet(
+            rules,
+            union({s for r in rules if not r.ignore_case for s in r.any_of}),
+            union({s for r in rules if r.ignore_case for s in r.any_of}),
+            fields,
+        )
+        _RULESETS[key] = found
+    return found
+
+
+_MIN_MATCH = 8
+"""No rule matches fewer characters: shorter strings are skipped."""
+
+
+def redact_secrets(text: str, rules: RuleSet | None = None) -> tuple[str, dict[str, int]]:
     """Replace every catalogued secret in ``text`` by ``[redacted:<kind>]``.
 
+    ``rules``: the rules to try (default: the whole catalogue; see :func:`rules_for`).
     Returns the text (the same object when nothing matched) and ``{kind: count}``.
     """
     counts: dict[str, int] = {}
-    lowered = text.lower()
-    for rule in catalogue():
+    if len(text) < _MIN_MATCH:
+        return text, counts
+    rs = ruleset(catalogue()) if rules is None else rules
+    if not rs.rules:
+        return text, counts
+    lowered = text.lower() if rs.lower is not None else text
+    if (rs.exact is None or rs.exact.search(text) is None) and (
+        rs.lower is None or rs.lower.search(lowered) is None
+    ):
+        return text, counts
+    for rule in rs.rules:
         if not rule.may_match(text, lowered):
             continue
         n = 0

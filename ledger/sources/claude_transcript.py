@@ -103,7 +103,7 @@ class TranscriptParser:
             return
         redactions: list[dict[str, Any]] = []
         if may_hold_private(line):  # walking every string of every record is the slow part
-            rec, redactions = strip_private(rec)
+            rec, redactions = strip_private(rec, raw=line)
         ref = self._session_of(rec)
         if ref is None:
             self.orphans.append((rec, line, location))
