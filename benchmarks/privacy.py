@@ -1,14 +1,14 @@
 """Cost of privacy at capture on the real fixtures: the byte-level pre-check and the walk.
 
-Usage: ``.venv/bin/python benchmarks/privacy.py [--repeat N] [--import-ab]``. Reads every JSONL line and
-JSON document of the transcript fixtures the import benchmark uses (``benchmarks/run.py``
-``SOURCES``), then times, per line: the pre-check (:func:`ledger.privacy.may_hold_private`),
-the walk (:func:`ledger.privacy.strip_private`) on the lines it lets through, and the
-same two steps as they were before the secret catalogue (``<private>`` tags only).
-Prints one JSON object (MB/s and µs per line; best of ``--repeat`` runs). ``--import-ab``
-also imports the corpus into a fresh SQLite store, alternately with the secret catalogue
-and with it switched off (``<private>`` tags only), ``--repeat`` times each, and reports
-the best events/s of each.
+Usage: ``.venv/bin/python benchmarks/privacy.py [--repeat N] [--import-ab]``. Reads every
+JSONL line and JSON document of the transcript fixtures the import benchmark uses
+(``benchmarks/run.py`` ``SOURCES``), then times, per line: the pre-check
+(:func:`ledger.privacy.may_hold_private`), the walk (:func:`ledger.privacy.strip_private`)
+on the lines it lets through, and the same two steps as they were before the secret
+catalogue (``<private>`` tags only). Prints one JSON object (MB/s and µs per line; best of
+``--repeat`` runs). ``--import-ab`` also imports the corpus into a fresh SQLite store,
+alternately with the secret catalogue and with it switched off (``<private>`` tags only),
+``--repeat`` times each, and reports the best events/s of each.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ _PLACEHOLDER_PREFIX = "[redacted:"
 # ``\r`` or ``\t`` escape in front counts as a separator).
 _L = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
 _LW = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
+_WORD = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 _R = r"(?![A-Za-z0-9_\-])"
 # The value of an assignment: a quoted string, or a bare word (JSON escape pairs kept
 # whole, so redacting inside raw JSON text leaves it valid JSON). ``$``, brackets and
@@ -82,6 +83,25 @@ class Rule:
     all_of: tuple[str, ...] = ()
     ignore_case: bool = False
     accept: Callable[[re.Match[str]], bool] | None = None
+    left: str = ""
+    """Characters that may not come right before a match (``\\n``, ``\\r``, ``\\t``
+    escapes excepted). Set from a leading ``_L``/``_LW`` of the pattern, which is then
+    checked after a match instead of before every position: a pattern that starts with a
+    literal lets the regex engine skip to it."""
+
+    def __post_init__(self) -> None:
+        for prefix, chars in ((_L, _WORD + "-"), (_LW, _WORD)):
+            if self.pattern.pattern.startswith(prefix):
+                stripped = re.compile(self.pattern.pattern[len(prefix) :], self.pattern.flags)
+                object.__setattr__(self, "pattern", stripped)
+                object.__setattr__(self, "left", chars)
+                break
+
+    def left_ok(self, m: re.Match[str]) -> bool:
+        start = m.start()
+        if not self.left or start == 0 or m.string[start - 1] not in self.left:
+            return True
+        return start >= 2 and m.string[start - 2] == "\\" and m.string[start - 1] in "nrt"
 
     def may_match(self, text: str, lowered: str) -> bool:
         hay = lowered if self.ignore_case else text
@@ -188,7 +208,7 @@ def catalogue() -> tuple[Rule, ...]:
             r"authorization(?:\\?[\"'])?\s{0,4}:\s{0,4}(?:\\?[\"'])?basic\s{1,4}(?P<v>[A-Za-z0-9+/]{8,1024}=*)",
             _I), all_of=("authorization",), ignore_case=True),
         Rule("url_password", ("://",), _r(
-            r"[A-Za-z][A-Za-z0-9+.\-]{0,20}:(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
+            r":(?<=[A-Za-z0-9+.\-]:)(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
             r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("@",)),
         Rule("env_secret_assignment", ("KEY", "SECRET", "TOKEN", "PASS", "PWD", "CREDENTIAL"), _r(
             _LW + r"(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
@@ -296,7 +316,7 @@ def redact_secrets(text: str, rules: RuleSet | None = None) -> tuple[str, dict[s
 
         def replace(m: re.Match[str], rule: Rule = rule) -> str:
             nonlocal n
-            if rule.accept is not None and not rule.accept(m):
+            if not rule.left_ok(m) or (rule.accept is not None and not rule.accept(m)):
                 return m.group(0)
             n += 1
             placeholder = PLACEHOLDER.format(rule.kind)
@@ -325,7 +345,7 @@ def secret_field(name: str) -> bool:
     """True when a JSON object key names a secret (``password``, ``api_key``, ``apiKey``,
     ``client_secret``, ``GITHUB_TOKEN`` …; not ``jsonwebtoken`` or ``input_tokens``):
     its string value is redacted whole."""
-    if len(name) > 80:
+    if len(name) > 80 or not name.lower().endswith(("password", "passwd", "secret", "key", "token")):
         return False
     snake = _CAMEL.sub("_", name).lower()
     return _FIELD.fullmatch(snake) is not None and not snake.endswith("public_key")
