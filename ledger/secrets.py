@@ -338,6 +338,7 @@ _FIELD = re.compile(
     r"|auth_?token|client_?secret|secret_?key|private_?key|token)",
     re.ASCII | re.DOTALL,
 )
+_FIELD_WORDS = ("password", "passwd", "secret", "key", "token")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])", re.ASCII)
 
 
@@ -345,7 +346,7 @@ def secret_field(name: str) -> bool:
     """True when a JSON object key names a secret (``password``, ``api_key``, ``apiKey``,
     ``client_secret``, ``GITHUB_TOKEN`` …; not ``jsonwebtoken`` or ``input_tokens``):
     its string value is redacted whole."""
-    if len(name) > 80 or not name.lower().endswith(("password", "passwd", "secret", "key", "token")):
+    if len(name) > 80 or not name.lower().endswith(_FIELD_WORDS):
         return False
     snake = _CAMEL.sub("_", name).lower()
     return _FIELD.fullmatch(snake) is not None and not snake.endswith("public_key")
