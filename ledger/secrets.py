@@ -246,10 +246,26 @@ def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
     decode to a match of any rule. ``lowered`` is ``raw.lower()`` if the caller has it."""
     if b"\\u" in raw or b"\\/" in raw:
         return True
+    exact, lower, joint = _precheck_literals()
+    if any(s in raw for s in exact):
+        return True
     low = raw.lower() if lowered is None else lowered
-    return any(f in low for f in _FIELD_ENDS) or any(
-        r.may_match_bytes(raw, low) for r in catalogue()
-    )
+    return any(s in low for s in lower) or any(r.may_match_bytes(raw, low) for r in joint)
+
+
+@functools.cache
+def _precheck_literals() -> tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[Rule, ...]]:
+    """(case-sensitive literals, lower-case literals, rules that also need ``all_of``):
+    one flat scan list; a literal that holds a shorter one of its list is left out."""
+    rules = catalogue()
+
+    def minimal(found: set[bytes]) -> tuple[bytes, ...]:
+        return tuple(sorted(s for s in found if not any(o != s and o in s for o in found)))
+
+    plain = [r for r in rules if not r.all_of]
+    exact = {s for r in plain if not r.ignore_case for s in _encoded(r)[0]}
+    lower = {s for r in plain if r.ignore_case for s in _encoded(r)[0]} | _FIELD_ENDS
+    return minimal(exact), minimal(lower), tuple(r for r in rules if r.all_of)
 
 
 @dataclass(frozen=True)
