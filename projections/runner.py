@@ -23,6 +23,7 @@ from ledger.app import Ledger
 from projections.base import Projection
 from projections.batches import BatchesProjection
 from projections.event_index import EventIndexProjection
+from projections.plans import PlansProjection
 from projections.rows import RowCache
 from projections.schema import build_tables, tracking_table
 from projections.sessions import SessionsProjection
@@ -38,6 +39,7 @@ PROJECTION_CLASSES: dict[str, type[Projection]] = {
         BatchesProjection,
         ToolCallsProjection,
         StatusHistoryProjection,
+        PlansProjection,
     )
 }
 REBUILD_SUFFIX = "__rebuild"
