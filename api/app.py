@@ -33,6 +33,7 @@ from starlette.routing import Route
 
 from api.bootstrap import Services
 from api.commands import routes as command_routes
+from api.plans import routes as plan_routes
 from api.hook_client import uuid7
 from api.jobs import run_jobs
 from ledger.envelope import raw_record
@@ -162,6 +163,7 @@ def create_app(services: Services) -> Starlette:
             Route("/v1/sessions/{id}/events", session_events),
             Route("/healthz", healthz),
             *command_routes(services),
+            *plan_routes(services),
         ],
         lifespan=lifespan,
     )

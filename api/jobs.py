@@ -49,26 +49,14 @@ def candidates(services: Any, now: datetime, config: JobConfig) -> list[tuple[st
     t = services.models.table("sessions")
     ended = [s.value for s in ENDED_STATES]
     last = func.coalesce(t.c.last_activity_at, t.c.last_recorded_at)
-    idle_live = (t.c.status.not_in([*ended, SessionStatus.PAUSED.value])) & (
-        last <= iso(now - timedelta(seconds=config.idle_batch_s))
-    )
-    old_ended = (t.c.status.in_([s for s in ended if s != SessionStatus.ARCHIVED.value])) & (
+    # live and PAUSED sessions: an open batch or unattached activity may be due (a PAUSED
+    # one is never timed out; the aggregate checks that)
+    idle = t.c.status.not_in(ended) & (last <= iso(now - timedelta(seconds=config.idle_batch_s)))
+    old_ended = t.c.status.in_([s for s in ended if s != SessionStatus.ARCHIVED.value]) & (
         func.coalesce(t.c.ended_at, t.c.last_recorded_at)
         <= iso(now - timedelta(seconds=config.archive_after_s))
     )
-    # PAUSED sessions may still hold unattached activity or an open batch.
-    paused = t.c.status == SessionStatus.PAUSED.value
-    query = (
-        select(t.c.id, t.c.head_position)
-        .where(
-            or_(
-                idle_live,
-                old_ended,
-                paused & (last <= iso(now - timedelta(seconds=config.idle_batch_s))),
-            )
-        )
-        .order_by(t.c.id)
-    )
+    query = select(t.c.id, t.c.head_position).where(or_(idle, old_ended)).order_by(t.c.id)
     with services.models.engine.connect() as conn:
         return [(r[0], int(r[1])) for r in conn.execute(query)]
 

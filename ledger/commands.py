@@ -17,10 +17,13 @@ someone to resume it. The parent records ``CommandApplied(fork)`` with ``fork_id
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid5
+
+from eventsourcing.persistence import IntegrityError
 
 from ledger.envelope import seal
 from ledger.jobs import append_decision, decide
@@ -181,8 +184,12 @@ def fork_session(
         raise ValueError(f"version {at} is outside the session's history (1 .. {parent.version})")
     child_id, external = fork_id_for(parent.agent, parent.external_id, key)
     if ledger.session(child_id) is None:
-        history = [e for e in ledger.events.get(parent_id, lte=at)]
-        _save_fork(ledger, parent, history, child_id, external, at, at_position, recorded_at, by)
+        history = list(ledger.events.get(parent_id, lte=at))
+        # IntegrityError: a concurrent retry with the same key made this fork first
+        with contextlib.suppress(IntegrityError):
+            _save_fork(
+                ledger, parent, history, child_id, external, at, at_position, recorded_at, by
+            )
     (src, dst, appended), positions = decide(
         ledger,
         parent_id,

@@ -16,52 +16,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ledger.secrets import (
-    ASCII_ESCAPE,
-    Rule,
-    candidate_rules,
-    redact_field_value,
-    redact_secrets,
-)
+from ledger.secrets import RuleSet, may_hold_secret, redact_field_value, redact_secrets, rules_for
 
 _TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE | re.ASCII)
 PLACEHOLDER = "[private]"
-_FIELD_RULES = frozenset({"secret_field", "gcp_service_account_key_id"})
-"""Rules whose literals a record must hold for a key to name a secret
-(:func:`ledger.secrets.redact_field_value`)."""
 
 
-class Scan:
-    """What a pre-check of one record's JSON text found: whether a ``<private>`` tag may
-    be in it, and which secret rules may match (:func:`ledger.secrets.candidate_rules`).
-    False when neither: the record needs no walk at all."""
-
-    __slots__ = ("rules", "tags")
-
-    def __init__(self, tags: bool, rules: tuple[Rule, ...]) -> None:
-        self.tags = tags
-        self.rules = rules
-
-    def __bool__(self) -> bool:
-        return self.tags or bool(self.rules)
-
-
-def may_hold_private(raw: bytes) -> Scan:
-    """Cheap, exact pre-check on JSON text: false only when no string in ``raw`` can
+def may_hold_private(raw: bytes) -> bool:
+    """Cheap, exact pre-check on JSON text: False only when no string in ``raw`` can
     decode to a tag or a catalogued secret — no ``private`` in any (ASCII) case, no
-    ``\\u`` escape that could spell one, and no literal of any secret rule. Pass the
-    result to :func:`strip_private` so it tries only the rules that may match."""
-    tags = b"private" in raw.lower() or (
-        b"\\" in raw and ASCII_ESCAPE.search(raw) is not None
-    )
-    return Scan(tags, candidate_rules(raw))
-
-
-def _scan_value(value: Any) -> Scan:
-    import json  # only for records that come without their text (hook payloads)
-
-    text = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return may_hold_private(text)
+    ``\\u`` escape that could spell one, and no literal of any secret rule
+    (:func:`ledger.secrets.may_hold_secret`)."""
+    if b"\\u" in raw:
+        return True
+    lowered = raw.lower()
+    return b"private" in lowered or may_hold_secret(raw, lowered)
 
 
 def strip_private_text(text: str) -> tuple[str, int]:
@@ -103,7 +72,7 @@ def redact_text(text: str, path: str = "$") -> tuple[str, list[dict[str, Any]]]:
 
 
 def _text(
-    text: str, path: str, redactions: list[dict[str, Any]], rules: tuple[Rule, ...] | None = None
+    text: str, path: str, redactions: list[dict[str, Any]], rules: RuleSet | None = None
 ) -> str:
     cleaned, n = strip_private_text(text)
     if n:
@@ -114,31 +83,23 @@ def _text(
 
 
 def strip_private(
-    value: Any, path: str = "$", scan: Scan | None = None
+    value: Any, path: str = "$", raw: bytes | None = None
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Apply :func:`redact_text` to every string (values and keys) in a JSON value, and
-    redact whole a string value whose key names a secret. ``scan``: the
-    :func:`may_hold_private` result of the value's JSON text, when the caller has it
-    (else it is computed here); only the secret rules it names are tried.
+    redact whole a string value whose key names a secret.
 
+    ``raw``: the JSON text ``value`` was decoded from, when the caller has it: only the
+    secret rules whose literals occur in it are tried (:func:`ledger.secrets.rules_for`).
     Returns the cleaned value (a new object only where something changed) and a list of
     redaction dicts ``{"kind": ..., "path": ..., "count": n}``.
     """
-    if scan is None:
-        scan = _scan_value(value)
     redactions: list[dict[str, Any]] = []
-    if not scan:
-        return value, redactions
-    fields = any(r.kind in _FIELD_RULES for r in scan.rules)
-    return _walk(value, path, redactions, scan.rules, fields), redactions
+    rules = rules_for(raw, value) if raw is not None else None
+    return _walk(value, path, redactions, rules), redactions
 
 
 def _walk(
-    value: Any,
-    path: str,
-    redactions: list[dict[str, Any]],
-    rules: tuple[Rule, ...],
-    fields: bool,
+    value: Any, path: str, redactions: list[dict[str, Any]], rules: RuleSet | None
 ) -> Any:
     if isinstance(value, str):
         return _text(value, path, redactions, rules)
@@ -147,13 +108,13 @@ def _walk(
         for k, v in value.items():
             key = _text(k, f"{path}.<key>", redactions, rules) if isinstance(k, str) else k
             child = f"{path}.{k}"
-            v = _walk(v, child, redactions, rules, fields)
-            if fields and isinstance(v, str) and isinstance(k, str):
+            v = _walk(v, child, redactions, rules)
+            if isinstance(v, str) and isinstance(k, str) and (rules is None or rules.fields):
                 v, kind = redact_field_value(k, v)
                 if kind:
                     redactions.append({"kind": kind, "path": child, "count": 1})
             out[key] = v
         return out
     if isinstance(value, list):
-        return [_walk(v, f"{path}[{i}]", redactions, rules, fields) for i, v in enumerate(value)]
+        return [_walk(v, f"{path}[{i}]", redactions, rules) for i, v in enumerate(value)]
     return value

@@ -20,20 +20,20 @@ gitleaks / GitHub secret-scanning catalogues; see ``docs/privacy.md`` for the ta
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 PLACEHOLDER = "[redacted:{}]"
-_SHORTEST = 6
-"""No rule matches a string shorter than this (``sig=`` plus a value, ``@`` in a URL
-with a password, the shortest tokens are all longer)."""
 _PLACEHOLDER_PREFIX = "[redacted:"
 
 # A token must not continue a longer word on either side (in raw JSON text a ``\n``,
 # ``\r`` or ``\t`` escape in front counts as a separator).
 _L = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrt]))"
 _LW = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
+_WORD = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 _R = r"(?![A-Za-z0-9_\-])"
 # The value of an assignment: a quoted string, or a bare word (JSON escape pairs kept
 # whole, so redacting inside raw JSON text leaves it valid JSON). ``$``, brackets and
@@ -83,18 +83,45 @@ class Rule:
     all_of: tuple[str, ...] = ()
     ignore_case: bool = False
     accept: Callable[[re.Match[str]], bool] | None = None
+    left: str = ""
+    """Characters that may not come right before a match (``\\n``, ``\\r``, ``\\t``
+    escapes excepted). Set from a leading ``_L``/``_LW`` of the pattern, which is then
+    checked after a match instead of before every position: a pattern that starts with a
+    literal lets the regex engine skip to it."""
+
+    def __post_init__(self) -> None:
+        for prefix, chars in ((_L, _WORD + "-"), (_LW, _WORD)):
+            if self.pattern.pattern.startswith(prefix):
+                stripped = re.compile(self.pattern.pattern[len(prefix) :], self.pattern.flags)
+                object.__setattr__(self, "pattern", stripped)
+                object.__setattr__(self, "left", chars)
+                break
+
+    def left_ok(self, m: re.Match[str]) -> bool:
+        start = m.start()
+        if not self.left or start == 0 or m.string[start - 1] not in self.left:
+            return True
+        return start >= 2 and m.string[start - 2] == "\\" and m.string[start - 1] in "nrt"
 
     def may_match(self, text: str, lowered: str) -> bool:
         hay = lowered if self.ignore_case else text
-        for s in self.any_of:
-            if s in hay:
-                break
-        else:
-            return False
-        for s in self.all_of:  # noqa: SIM110 - a loop, not a generator: hot path
-            if s not in hay:
-                return False
-        return True
+        return any(s in hay for s in self.any_of) and all(s in hay for s in self.all_of)
+
+    def may_match_bytes(self, raw: bytes, lowered: bytes) -> bool:
+        hay = lowered if self.ignore_case else raw
+        any_b, all_b = _encoded(self)
+        return any(s in hay for s in any_b) and all(s in hay for s in all_b)
+
+
+_ENCODED: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
+
+
+def _encoded(rule: Rule) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    found = _ENCODED.get(rule.kind)
+    if found is None:
+        found = tuple(s.encode() for s in rule.any_of), tuple(s.encode() for s in rule.all_of)
+        _ENCODED[rule.kind] = found
+    return found
 
 
 def _r(pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -180,9 +207,9 @@ def catalogue() -> tuple[Rule, ...]:
         Rule("basic_auth", ("basic",), _r(
             r"authorization(?:\\?[\"'])?\s{0,4}:\s{0,4}(?:\\?[\"'])?basic\s{1,4}(?P<v>[A-Za-z0-9+/]{8,1024}=*)",
             _I), all_of=("authorization",), ignore_case=True),
-        Rule("url_password", ("@",), _r(
-            r"[A-Za-z][A-Za-z0-9+.\-]{0,20}:(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
-            r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("//",)),
+        Rule("url_password", ("://",), _r(
+            r":(?<=[A-Za-z0-9+.\-]:)(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
+            r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("@",)),
         Rule("env_secret_assignment", ("KEY", "SECRET", "TOKEN", "PASS", "PWD", "CREDENTIAL"), _r(
             _LW + r"(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
             accept=_env_name_is_secret),
@@ -196,75 +223,116 @@ def catalogue() -> tuple[Rule, ...]:
     )
 
 
-ASCII_ESCAPE = re.compile(rb"\\u00[2-7][0-9a-fA-F]|\\/")
-"""A JSON escape that can stand for a printable ASCII character."""
+def rules_for(raw: bytes, value: Any = None) -> RuleSet:
+    """The rules that may match some string of the JSON text ``raw`` (decoded: ``value``):
+    the walk over the record then runs only these, and redacts object fields by name
+    only when some key can name a secret (``RuleSet.fields``).
 
-
-@functools.cache
-def _rule_literals() -> tuple[tuple[Rule, tuple[bytes, ...], tuple[bytes, ...]], ...]:
-    """(rule, its ``any_of`` literals, its ``all_of`` literals) as bytes, for the
-    pre-check on raw JSON text."""
-    return tuple(
-        (r, tuple(x.encode() for x in r.any_of), tuple(x.encode() for x in r.all_of))
-        for r in catalogue()
-    )
-
-
-def candidate_rules(raw: bytes) -> tuple[Rule, ...]:
-    """The rules that may match some string of JSON text ``raw`` (bytes): those whose
-    literals occur in it (in the rule's case). Exact: a rule left out cannot match any
-    string the text decodes to. Every rule when ``raw`` holds a ``\\u`` or ``\\/``
-    escape of a printable ASCII character, which could spell a literal (control-character
-    and non-ASCII escapes cannot: rules match ASCII only)."""
-    if b"\\" in raw and ASCII_ESCAPE.search(raw) is not None:
-        return catalogue()
-    low = raw.lower()
-    out = []
-    for rule, any_of, all_of in _rule_literals():
-        hay = low if rule.ignore_case else raw
-        for literal in any_of:
-            if literal in hay:
-                break
-        else:
-            continue
-        for literal in all_of:
-            if literal not in hay:
-                break
-        else:
-            out.append(rule)
-    return tuple(out)
+    A ``\\u`` or ``\\/`` escape in ``raw`` could hide a literal: then the literals are
+    looked for in ``value`` dumped again without them (``ensure_ascii=False``; only control
+    characters, which no literal holds, stay escaped), or every rule runs when no
+    ``value`` is given."""
+    if b"\\u" in raw or b"\\/" in raw:
+        if value is None:
+            return ruleset(catalogue(), fields=True)
+        raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    lowered = raw.lower()
+    chosen = tuple(r for r in catalogue() if r.may_match_bytes(raw, lowered))
+    return ruleset(chosen, fields=any(f in lowered for f in _FIELD_ENDS))
 
 
 def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
     """Exact pre-check on JSON text (bytes): False only when no string in ``raw`` can
-    decode to a match of any rule (see :func:`candidate_rules`). ``lowered`` is unused
-    (kept for callers that pass it)."""
-    return bool(candidate_rules(raw))
+    decode to a match of any rule. ``lowered`` is ``raw.lower()`` if the caller has it."""
+    if b"\\u" in raw or b"\\/" in raw:
+        return True
+    exact, lower, joint = _precheck_literals()
+    if any(s in raw for s in exact):
+        return True
+    low = raw.lower() if lowered is None else lowered
+    return any(s in low for s in lower) or any(r.may_match_bytes(raw, low) for r in joint)
 
 
-def redact_secrets(
-    text: str, rules: tuple[Rule, ...] | None = None
-) -> tuple[str, dict[str, int]]:
-    """Replace every catalogued secret in ``text`` by ``[redacted:<kind>]``; only
-    ``rules`` are tried when given (the :func:`candidate_rules` of the record the text
-    comes from).
+@functools.cache
+def _precheck_literals() -> tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[Rule, ...]]:
+    """(case-sensitive literals, lower-case literals, rules that also need ``all_of``):
+    one flat scan list; a literal that holds a shorter one of its list is left out."""
+    rules = catalogue()
 
+    def minimal(found: set[bytes]) -> tuple[bytes, ...]:
+        return tuple(sorted(s for s in found if not any(o != s and o in s for o in found)))
+
+    plain = [r for r in rules if not r.all_of]
+    exact = {s for r in plain if not r.ignore_case for s in _encoded(r)[0]}
+    lower = {s for r in plain if r.ignore_case for s in _encoded(r)[0]} | _FIELD_ENDS
+    return minimal(exact), minimal(lower), tuple(r for r in rules if r.all_of)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Rules to try on the strings of one record, with two regexes finding any of their
+    literals (case-sensitive ones in the text, lower-case ones in the lower-cased text):
+    one C-level scan each tells whether a string needs any rule at all."""
+
+    rules: tuple[Rule, ...]
+    exact: re.Pattern[str] | None
+    lower: re.Pattern[str] | None
+    fields: bool = True
+
+
+_RULESETS: dict[tuple[Any, ...], RuleSet] = {}
+
+
+def ruleset(rules: tuple[Rule, ...], fields: bool = True) -> RuleSet:
+    """The :class:`RuleSet` of ``rules`` (cached per set of kinds); ``fields``: whether
+    object fields are redacted by name (:func:`redact_field_value`)."""
+    key = (fields, *(r.kind for r in rules))
+    found = _RULESETS.get(key)
+    if found is None:
+
+        def union(literals: set[str]) -> re.Pattern[str] | None:
+            ordered = sorted(literals, key=len)
+            return re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
+
+        found = RuleSet(
+            rules,
+            union({s for r in rules if not r.ignore_case for s in r.any_of}),
+            union({s for r in rules if r.ignore_case for s in r.any_of}),
+            fields,
+        )
+        _RULESETS[key] = found
+    return found
+
+
+_MIN_MATCH = 8
+"""No rule matches fewer characters: shorter strings are skipped."""
+
+
+def redact_secrets(text: str, rules: RuleSet | None = None) -> tuple[str, dict[str, int]]:
+    """Replace every catalogued secret in ``text`` by ``[redacted:<kind>]``.
+
+    ``rules``: the rules to try (default: the whole catalogue; see :func:`rules_for`).
     Returns the text (the same object when nothing matched) and ``{kind: count}``.
     """
     counts: dict[str, int] = {}
-    if len(text) < _SHORTEST:
+    if len(text) < _MIN_MATCH:
         return text, counts
-    lowered = None
-    for rule in catalogue() if rules is None else rules:
-        if rule.ignore_case and lowered is None:
-            lowered = text.lower()
-        if not rule.may_match(text, lowered or text):
+    rs = ruleset(catalogue()) if rules is None else rules
+    if not rs.rules:
+        return text, counts
+    lowered = text.lower() if rs.lower is not None else text
+    if (rs.exact is None or rs.exact.search(text) is None) and (
+        rs.lower is None or rs.lower.search(lowered) is None
+    ):
+        return text, counts
+    for rule in rs.rules:
+        if not rule.may_match(text, lowered):
             continue
         n = 0
 
         def replace(m: re.Match[str], rule: Rule = rule) -> str:
             nonlocal n
-            if rule.accept is not None and not rule.accept(m):
+            if not rule.left_ok(m) or (rule.accept is not None and not rule.accept(m)):
                 return m.group(0)
             n += 1
             placeholder = PLACEHOLDER.format(rule.kind)
@@ -277,7 +345,7 @@ def redact_secrets(
         if n:
             counts[rule.kind] = n
             text = new
-            lowered = None
+            lowered = text.lower()
     return text, counts
 
 
@@ -286,6 +354,7 @@ _FIELD = re.compile(
     r"|auth_?token|client_?secret|secret_?key|private_?key|token)",
     re.ASCII | re.DOTALL,
 )
+_FIELD_WORDS = ("password", "passwd", "secret", "key", "token")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])", re.ASCII)
 
 
@@ -293,7 +362,7 @@ def secret_field(name: str) -> bool:
     """True when a JSON object key names a secret (``password``, ``api_key``, ``apiKey``,
     ``client_secret``, ``GITHUB_TOKEN`` …; not ``jsonwebtoken`` or ``input_tokens``):
     its string value is redacted whole."""
-    if len(name) > 80:
+    if len(name) > 80 or not name.lower().endswith(_FIELD_WORDS):
         return False
     snake = _CAMEL.sub("_", name).lower()
     return _FIELD.fullmatch(snake) is not None and not snake.endswith("public_key")

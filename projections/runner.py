@@ -26,6 +26,7 @@ from ledger.gcpause import gc_paused
 from projections.base import Projection
 from projections.batches import BatchesProjection
 from projections.event_index import EventIndexProjection
+from projections.plans import PlansProjection
 from projections.rows import RowCache
 from projections.schema import build_tables, tracking_table
 from projections.sessions import SessionsProjection
@@ -42,6 +43,7 @@ PROJECTION_CLASSES: dict[str, type[Projection]] = {
         BatchesProjection,
         ToolCallsProjection,
         StatusHistoryProjection,
+        PlansProjection,
     )
 }
 REBUILD_SUFFIX = "__rebuild"

@@ -199,12 +199,43 @@ def _event_index(md: MetaData, sfx: str) -> list[Table]:
     ]
 
 
+def _plans(md: MetaData, sfx: str) -> list[Table]:
+    """Plan capture (``projections/plans.py``)."""
+    return [
+        Table(
+            "plans" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("plan_id", Text, primary_key=True),
+            Column("source", String(16), nullable=False),
+            Column("path", Text),
+            Column("batch", Integer, nullable=False),
+            Column("content", Text),
+            Column("revisions", Integer, nullable=False),
+            Column("unapplied_edits", Integer, nullable=False),
+            Column("approved", Boolean),
+            Column("created_at", String(32)),
+            Column("updated_at", String(32)),
+            Column("first_position", BigInteger, nullable=False),
+            Column("last_position", BigInteger, nullable=False),
+        ),
+        Table(
+            "plan_tool_calls" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("tool_use_id", Text, primary_key=True),
+            Column("plan_id", Text, nullable=False),
+        ),
+    ]
+
+
 TABLE_BUILDERS = {
     "sessions": _sessions,
     "batches": _batches,
     "tool_calls": _tool_calls,
     "status_history": _status_history,
     "event_index": _event_index,
+    "plans": _plans,
 }
 
 

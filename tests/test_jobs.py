@@ -269,3 +269,22 @@ def test_the_server_runs_the_jobs_in_its_background(settings: Settings) -> None:
         assert timed_out[0]["measured_from"].startswith(two_hours_ago[:19])
     finally:
         server.stop()
+
+
+def test_a_paused_session_is_not_timed_out_and_activity_reopens_a_timed_out_one(
+    services: Services,
+) -> None:
+    from ledger.commands import run_command
+
+    t0 = datetime(2026, 4, 1, 9, 0, tzinfo=UTC)
+    sid = str(session_id("claude-code", "jobs-hook-session"))
+    _hook(services, t0, "p1", "SessionStart", source="startup")
+    run_command(services.ledger, UUID(sid), "pause", "k-pause", t0)
+    assert run_jobs(services, t0 + timedelta(hours=3)).positions == []
+    run_command(services.ledger, UUID(sid), "resume", "k-resume", t0)
+    assert run_jobs(services, t0 + timedelta(hours=3)).decisions == {"idle_session": 1}
+    _hook(services, t0 + timedelta(hours=4), "p2", "UserPromptSubmit", prompt="still there?")
+    reopened = [e for e in _events(services, sid) if e.kind == "Reopened"]
+    assert len(reopened) == 1 and "idle_timeout" in reopened[0].reason
+    services.runner.catch_up()
+    assert _snapshot(services, sid)["sessions"][0][:2] == ("PROCESSING", None)

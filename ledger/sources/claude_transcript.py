@@ -118,8 +118,8 @@ class TranscriptParser:
             yield Rejected(self.source, location, reason, line, AGENT, SOURCE_FORMAT)
             return
         redactions: list[dict[str, Any]] = []
-        if scan := may_hold_private(line):  # walking every string is the slow part
-            rec, redactions = strip_private(rec, scan=scan)
+        if may_hold_private(line):  # walking every string is the slow part
+            rec, redactions = strip_private(rec, raw=line)
         ref = self._session_of(rec)
         if ref is None:
             self.orphans.append((rec, line, location, redactions))

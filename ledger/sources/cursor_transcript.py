@@ -74,8 +74,8 @@ def parse_records(
             yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
             continue
         redactions: list[dict[str, Any]] = []
-        if scan := may_hold_private(line):
-            rec, redactions = strip_private(rec, scan=scan)
+        if may_hold_private(line):
+            rec, redactions = strip_private(rec, raw=line)
         key = keys.key(line)
         common: dict[str, Any] = {
             "source_format": SOURCE_FORMAT,

@@ -200,8 +200,9 @@ class ChatParser:
 
     def _with_raw(self, facts: list[Observation], raw: dict[str, Any]) -> list[Observation]:
         redactions: list[dict[str, Any]] = []
-        if scan := may_hold_private(orjson.dumps(raw)):
-            raw, redactions = strip_private(raw, scan=scan)
+        text = orjson.dumps(raw)
+        if may_hold_private(text):
+            raw, redactions = strip_private(raw, raw=text)
             facts = [_strip(f) for f in facts]
         facts[0].raw = raw
         facts[0].redactions = tuple(redactions)

@@ -85,8 +85,8 @@ def parse_records(
             yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
             continue
         redactions: list[dict[str, Any]] = []
-        if scan := may_hold_private(line):
-            rec, redactions = strip_private(rec, scan=scan)
+        if may_hold_private(line):
+            rec, redactions = strip_private(rec, raw=line)
         rtype = as_str(rec.get("type")) or "(none)"
         rid = as_str(rec.get("id"))
         if rtype == "session" and rid and lineno == 1:
