@@ -52,8 +52,9 @@ class Filter:
         ):
             return False
         if self.project is not None:
-            cwd = m.cwd or ""
-            return cwd == self.project or cwd.startswith(self.project.rstrip("/") + "/")
+            cwd = (m.cwd or "").rstrip("/")
+            root = self.project.rstrip("/")
+            return cwd == root or cwd.startswith(root + "/")
         return True
 
 
