@@ -2,8 +2,9 @@
 
 The :class:`Broadcaster` reads the log after ``head`` whenever the ledger reports a
 save in this process (``Ledger.add_listener``) and, as a fallback for writers in other
-processes, every ``poll_s`` seconds. Each read becomes a :class:`api.sections.Section`
-(built once, in a worker thread) that is offered to every :class:`Subscriber`'s
+processes, every ``poll_s`` seconds. Each read becomes two sections (:class:`api.sections.Section`)
+(built once, in worker threads: the ``event.appended`` messages at once, the derived
+ones after the projections applied them) that are offered to every :class:`Subscriber`'s
 bounded queue without waiting: a slow client never blocks the others or the ingest
 path. When a subscriber's queue is full its queue is emptied and replaced by one
 ``RESYNC`` marker; the client then reads the log itself from the last position it
@@ -20,7 +21,7 @@ from typing import Final
 import anyio
 
 from api.bootstrap import Services
-from api.sections import Section, read_section
+from api.sections import Identities, Section, derived_section, read_appended
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class Broadcaster:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._running = False
+        self._known: Identities = {}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -129,9 +131,16 @@ class Broadcaster:
 
     async def _pump(self) -> None:
         while True:
-            section = await anyio.to_thread.run_sync(read_section, self.services, self.head)
-            if section is None:
+            after = self.head
+            found = await anyio.to_thread.run_sync(read_appended, self.services, after, self._known)
+            if found is None:
                 return
-            self.head = section.last
-            for sub in list(self.subscribers):
-                sub.offer(section)
+            appended, events = found
+            self._publish(appended)
+            derived = await anyio.to_thread.run_sync(derived_section, self.services, after, events)
+            self._publish(derived)
+
+    def _publish(self, section: Section) -> None:
+        self.head = max(self.head, section.last)
+        for sub in list(self.subscribers):
+            sub.offer(section)

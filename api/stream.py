@@ -68,7 +68,7 @@ async def messages(
     position sent. Positions never repeat and never skip.
     """
     sub = broadcaster.subscribe()
-    sent = after
+    sent = derived = after  # last position sent: event.appended / derived messages
     try:
         yield ServerSentEvent(comment="hookledger stream", retry=RETRY_MS).encode()
         while True:
@@ -76,21 +76,27 @@ async def messages(
             if not isinstance(item, Section):  # RESYNC: read the log, then rejoin live
                 target = broadcaster.rejoin(sub)
                 while sent < target:
-                    section = await anyio.to_thread.run_sync(read_section, services, sent, target)
-                    if section is None:
+                    pair = await anyio.to_thread.run_sync(read_section, services, sent, target)
+                    if pair is None:
                         break
-                    for m in section.messages:
-                        if m.id > sent and accept(m):
-                            yield m.frame
-                    sent = section.last
-                sent = max(sent, target)
+                    frames = [m.frame for s in pair for m in s.messages if accept(m)]
+                    if frames:
+                        yield b"".join(frames)
+                    sent = derived = pair[0].last
+                sent = derived = max(sent, target)
                 continue
-            if item.last <= sent:
-                continue
-            for m in item.messages:
-                if m.id > sent and accept(m):
-                    yield m.frame
-            sent = item.last
+            if item.derived:
+                if item.last <= derived:
+                    continue
+                frames = [m.frame for m in item.messages if accept(m)]
+                derived = item.last
+            else:
+                if item.last <= sent:
+                    continue
+                frames = [m.frame for m in item.messages if m.id > sent and accept(m)]
+                sent = item.last
+            if frames:
+                yield b"".join(frames)
     finally:
         broadcaster.unsubscribe(sub)
 

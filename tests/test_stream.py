@@ -241,6 +241,11 @@ def test_slow_client_does_not_block_others(settings: Settings) -> None:
     assert slow_ids == log
 
 
+def frame_ids(frames: bytes) -> list[int]:
+    """The ``id:`` fields of encoded SSE messages (as sse-starlette writes them)."""
+    return [int(line[4:]) for line in frames.decode().splitlines() if line.startswith("id: ")]
+
+
 @pytest.mark.parametrize("queue_sections", [2])
 def test_overflowing_client_is_resumed_from_the_log(settings: Settings, queue_sections: int) -> None:
     """In-process: a client that does not read while many sections are published
@@ -259,8 +264,8 @@ def test_overflowing_client_is_resumed_from_the_log(settings: Settings, queue_se
         await anyio.to_thread.run_sync(
             lambda: ingest_hook(services.ledger, "claude-code", body, "o-0", datetime.now(UTC))
         )
-        got = [1]
-        assert b"id: 1" in await asyncio.wait_for(stream.__anext__(), 30)  # now reading live
+        got = frame_ids(await asyncio.wait_for(stream.__anext__(), 30))  # now reading live
+        assert got[0] == 1
         for n, payload in enumerate(payloads[1:], 1):
             body = json.dumps(payload).encode()
             await anyio.to_thread.run_sync(
@@ -269,8 +274,7 @@ def test_overflowing_client_is_resumed_from_the_log(settings: Settings, queue_se
             await asyncio.sleep(0.01)  # let the broadcaster publish each save as a section
         head = services.ledger.max_position()
         while got[-1] < head:
-            frame = await asyncio.wait_for(stream.__anext__(), 30)
-            got.extend(int(line[4:]) for line in frame.decode().splitlines() if line.startswith("id: "))
+            got.extend(frame_ids(await asyncio.wait_for(stream.__anext__(), 30)))
         await stream.aclose()
         await broadcaster.stop()
         return got, sub.overflows
