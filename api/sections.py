@@ -198,15 +198,23 @@ class _Undecodable:
 def _appended(position: int, event: Any, cwd: str | None, external: str | None) -> dict[str, Any]:
     """The ``event.appended`` payload (no ``raw``: fetch the session's events for it)."""
     if isinstance(event, _Undecodable):
-        return {"position": position, "stream_id": str(event.originator_id), "session_id": None,
-                "version": event.originator_version, "kind": event.topic.rsplit(".", 1)[-1],
-                "error": event.error}
+        return {
+            "position": position,
+            "stream_id": str(event.originator_id),
+            "session_id": None,
+            "version": event.originator_version,
+            "kind": event.topic.rsplit(".", 1)[-1],
+            "error": event.error,
+        }
     is_session = isinstance(event, Session.Event)
     data: dict[str, Any] = {
         "position": position,
         "stream_id": str(event.originator_id),
         "session_id": str(event.originator_id) if is_session else None,
-        "stream": "session" if is_session else "quarantine" if isinstance(event, Quarantine.Event)
+        "stream": "session"
+        if is_session
+        else "quarantine"
+        if isinstance(event, Quarantine.Event)
         else "other",
         "version": event.originator_version,
         "kind": type(event).__name__,

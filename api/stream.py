@@ -47,8 +47,10 @@ class Filter:
     def __call__(self, m: Message) -> bool:
         if self.kinds is not None and m.kind not in self.kinds:
             return False
-        if self.session is not None and m.session_id != self.session and (
-            m.external_id is None or m.external_id != self.session_ref
+        if (
+            self.session is not None
+            and m.session_id != self.session
+            and (m.external_id is None or m.external_id != self.session_ref)
         ):
             return False
         if self.project is not None:

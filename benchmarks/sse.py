@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/sse.py --clients 100 500 --events 200
 
 For each client count: a fresh data dir and a real ``hookledger serve`` (uvicorn); a
-separate client process (asyncio + httpx + httpx-sse) opens N ``/v1/stream``
-connections (``kinds=event.appended``) and records, per connection, when each position
-was parsed (``time.monotonic_ns``, one clock for all processes on Linux). This process
-then POSTs real Claude Code hook payloads one at a time (``--interval`` apart), each
+few separate client processes (``--client-procs``; asyncio + httpx + httpx-sse) open
+N ``/v1/stream`` connections between them (``kinds=event.appended``) and record, per
+connection, when each position was parsed (``time.monotonic_ns``, one clock for all
+processes on Linux). This process then POSTs real Claude Code hook payloads one at a time (``--interval`` apart), each
 appending one event, and records when each POST returned. Latency of one event on one
 connection = parsed - POST returned ("publish" = the POST answered, i.e. the event is
 committed); also reported from the POST start (the whole ingest included). Each
@@ -34,7 +34,13 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-COORP = ROOT / "tests" / "fixtures" / "coorp-serverless-plugins-hook-logs" / "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
+COORP = (
+    ROOT
+    / "tests"
+    / "fixtures"
+    / "coorp-serverless-plugins-hook-logs"
+    / "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
+)
 
 
 def free_port() -> int:
@@ -46,8 +52,10 @@ def free_port() -> int:
 def payloads(count: int) -> list[dict[str, Any]]:
     """``count`` real PreToolUse/PostToolUse payloads of one session, each made distinct
     (``tool_use_id`` suffixed; subagent fields dropped) so each appends one event."""
-    real = [*json.loads((COORP / "pre_tool_use.json").read_bytes()),
-            *json.loads((COORP / "post_tool_use.json").read_bytes())]
+    real = [
+        *json.loads((COORP / "pre_tool_use.json").read_bytes()),
+        *json.loads((COORP / "post_tool_use.json").read_bytes()),
+    ]
     out = []
     for i in range(count):
         p = {k: v for k, v in real[i % len(real)].items() if k not in ("agent_id", "agent_type")}
@@ -71,7 +79,9 @@ async def clients_main(url: str, n: int, events: int, deadline_s: float) -> None
 
     async def one(client: httpx.AsyncClient) -> None:
         nonlocal opened
-        async with aconnect_sse(client, "GET", url + "/v1/stream", params={"kinds": "event.appended"}) as es:
+        async with aconnect_sse(
+            client, "GET", url + "/v1/stream", params={"kinds": "event.appended"}
+        ) as es:
             opened += 1
             if opened == n:
                 all_open.set()
@@ -84,17 +94,28 @@ async def clients_main(url: str, n: int, events: int, deadline_s: float) -> None
                 if got >= events:
                     return
 
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30, read=deadline_s), limits=limits) as client:
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(30, read=deadline_s), limits=limits
+    ) as client:
         tasks = [asyncio.create_task(one(client)) for _ in range(n)]
         await asyncio.wait_for(all_open.wait(), 120)
         print("ready", flush=True)
         await asyncio.wait(tasks, timeout=deadline_s)
         for t in tasks:
             t.cancel()
-    print(json.dumps(received), flush=True)
+    print(json.dumps({"cpu_s": time.process_time(), "received": received}), flush=True)
 
 
 # -- the publisher ------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process so far (Linux /proc), else NaN."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -102,15 +123,40 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
-def run(n: int, events: int, interval: float, backend_env: dict[str, str]) -> dict[str, Any]:
+def run(
+    n: int,
+    events: int,
+    interval: float,
+    backend_env: dict[str, str],
+    baseline: bool = False,
+    client_procs: int = 1,
+) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="hookledger-sse-bench-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")},
-           "HOOKLEDGER_DATA_DIR": str(data), **backend_env}
-    server = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
-                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    clients = None
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")},
+        "HOOKLEDGER_DATA_DIR": str(data),
+        **backend_env,
+    }
+    command = [sys.executable, "-m", "api.cli", "serve", "--port", str(port)]
+    if baseline:
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--app-dir",
+            str(ROOT / "benchmarks"),
+            "sse_baseline_app:app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
+    server = subprocess.Popen(
+        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    procs: list[subprocess.Popen[str]] = []
     try:
         for _ in range(600):
             try:
@@ -121,27 +167,53 @@ def run(n: int, events: int, interval: float, backend_env: dict[str, str]) -> di
         hooks = payloads(events + 1)
         with httpx.Client(base_url=url, timeout=30) as http:
             http.post("/v1/hooks/claude-code", json=hooks[0])  # opens the session (2 events)
-            clients = subprocess.Popen(
-                [sys.executable, __file__, "--client", url, str(n), str(events), str(events * interval + 60)],
-                cwd=ROOT, stdout=subprocess.PIPE, text=True,
-            )
-            assert clients.stdout is not None
-            assert clients.stdout.readline().strip() == "ready"
+            for share in (n // client_procs + (i < n % client_procs) for i in range(client_procs)):
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--client",
+                            url,
+                            str(share),
+                            str(events),
+                            str(events * interval + 60),
+                        ],
+                        cwd=ROOT,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            for proc in procs:
+                assert proc.stdout is not None
+                assert proc.stdout.readline().strip() == "ready"
             time.sleep(1)
             published: dict[int, tuple[int, int]] = {}
             for i, payload in enumerate(hooks[1 : events + 1], 1):
                 start = time.monotonic_ns()
-                r = http.post("/v1/hooks/claude-code", json=payload, headers={"X-Hookledger-Capture-Key": f"b{i}"})
+                r = http.post(
+                    "/v1/hooks/claude-code",
+                    json=payload,
+                    headers={"X-Hookledger-Capture-Key": f"b{i}"},
+                )
                 done = time.monotonic_ns()
                 positions = r.json()["positions"]
                 assert r.status_code == 202 and len(positions) == 1, r.text
                 published[positions[0]] = (start, done)
                 time.sleep(interval)
-        out, _ = clients.communicate(timeout=events * interval + 120)
-        received = {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+        server_cpu = cpu_seconds(server.pid)
+        received: dict[int, list[int]] = {}
+        client_cpu = 0.0
+        for proc in procs:
+            out, _ = proc.communicate(timeout=events * interval + 120)
+            report = json.loads(out.strip().splitlines()[-1])
+            client_cpu += report["cpu_s"]
+            for k, v in report["received"].items():
+                received.setdefault(int(k), []).extend(v)
     finally:
-        if clients and clients.poll() is None:
-            clients.kill()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
         server.terminate()
         server.wait(timeout=30)
         shutil.rmtree(data, ignore_errors=True)
@@ -152,25 +224,48 @@ def run(n: int, events: int, interval: float, backend_env: dict[str, str]) -> di
         after_commit += [(t - done) / 1e6 for t in times]
         after_start += [(t - start) / 1e6 for t in times]
     return {
-        "clients": n, "events": len(published), "deliveries": len(after_commit), "missing": missing,
-        "p50_ms": round(pct(after_commit, 0.5), 2), "p99_ms": round(pct(after_commit, 0.99), 2),
+        "clients": n,
+        "events": len(published),
+        "deliveries": len(after_commit),
+        "missing": missing,
+        "p50_ms": round(pct(after_commit, 0.5), 2),
+        "p99_ms": round(pct(after_commit, 0.99), 2),
         "max_ms": round(max(after_commit), 2),
         "from_post_start_p50_ms": round(pct(after_start, 0.5), 2),
         "from_post_start_p99_ms": round(pct(after_start, 0.99), 2),
         "mean_ms": round(statistics.fmean(after_commit), 2),
+        "server_cpu_s": round(server_cpu, 2),
+        "client_cpu_s": round(client_cpu, 2),
+        "client_procs": client_procs,
+        "load_avg_1m": os.getloadavg()[0],
     }
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        url, n, events, deadline = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+        url, n, events, deadline = (
+            sys.argv[2],
+            int(sys.argv[3]),
+            int(sys.argv[4]),
+            float(sys.argv[5]),
+        )
         asyncio.run(clients_main(url, n, events, deadline))
         return
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--clients", type=int, nargs="+", default=[100, 500])
     ap.add_argument("--events", type=int, default=200, help="events published per run")
-    ap.add_argument("--interval", type=float, default=0.05, help="seconds between POSTs")
+    ap.add_argument("--interval", type=float, default=0.1, help="seconds between POSTs")
+    ap.add_argument(
+        "--client-procs", type=int, default=2, help="client processes sharing the connections"
+    )
     ap.add_argument("--postgres", default=None, help="PostgreSQL URL (default: SQLite)")
+    ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also run a bare sse-starlette broadcaster (no ledger) in the same run",
+    )
     args = ap.parse_args()
     backend_env: dict[str, str] = {}
     if args.postgres:
@@ -181,26 +276,43 @@ def main() -> None:
         schema = f"bench_sse_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(args.postgres, autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA "{schema}"')
-        backend_env = {"HOOKLEDGER_DATABASE_URL": args.postgres, "HOOKLEDGER_DATABASE_SCHEMA": schema}
+        backend_env = {
+            "HOOKLEDGER_DATABASE_URL": args.postgres,
+            "HOOKLEDGER_DATABASE_SCHEMA": schema,
+        }
     rows = []
     try:
         for n in args.clients:
-            row = run(n, args.events, args.interval, backend_env)
-            row["backend"] = "postgres" if args.postgres else "sqlite"
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for baseline in [True, False] if args.baseline else [False]:
+                row = run(n, args.events, args.interval, backend_env, baseline, args.client_procs)
+                row["backend"] = (
+                    "bare sse-starlette" if baseline else "postgres" if args.postgres else "sqlite"
+                )
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     finally:
         if args.postgres:
             with psycopg.connect(args.postgres, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA "{backend_env["HOOKLEDGER_DATABASE_SCHEMA"]}" CASCADE')
     RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    meta = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     (RESULTS / "sse.json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=2))
-    print("| backend | clients | events | deliveries | missing | p50 ms | p99 ms | max ms | p50 / p99 from POST start |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| server | clients | events | deliveries | missing | p50 ms | p99 ms | max ms "
+        "| p50 / p99 from POST start | CPU s server / clients | load 1m |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['backend']} | {r['clients']} | {r['events']} | {r['deliveries']} | {r['missing']} | {r['p50_ms']} "
-              f"| {r['p99_ms']} | {r['max_ms']} | {r['from_post_start_p50_ms']} / {r['from_post_start_p99_ms']} |")
+        print(
+            f"| {r['backend']} | {r['clients']} | {r['events']} | {r['deliveries']} "
+            f"| {r['missing']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} "
+            f"| {r['from_post_start_p50_ms']} / {r['from_post_start_p99_ms']} "
+            f"| {r['server_cpu_s']} / {r['client_cpu_s']} | {r['load_avg_1m']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

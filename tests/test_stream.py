@@ -41,11 +41,15 @@ def log_positions(settings: Settings) -> list[int]:
         services.close()
 
 
-async def post(client: httpx.AsyncClient, payload: dict[str, Any], key: str, tries: int = 600) -> dict[str, Any]:
+async def post(
+    client: httpx.AsyncClient, payload: dict[str, Any], key: str, tries: int = 600
+) -> dict[str, Any]:
     """POST one hook payload, retrying (same capture key) while the server restarts."""
     for _ in range(tries):
         try:
-            r = await client.post("/v1/hooks/claude-code", json=payload, headers={"X-Hookledger-Capture-Key": key})
+            r = await client.post(
+                "/v1/hooks/claude-code", json=payload, headers={"X-Hookledger-Capture-Key": key}
+            )
             assert r.status_code == 202, r.text
             return r.json()
         except httpx.TransportError:
@@ -57,7 +61,9 @@ class Reader:
     """Reads ``/v1/stream``; reconnects with ``Last-Event-ID`` after every ``k``-th
     message and after errors (a server restart), like a browser's EventSource."""
 
-    def __init__(self, url: str, params: dict[str, str] | None = None, k: int = 0, after: str | None = None):
+    def __init__(
+        self, url: str, params: dict[str, str] | None = None, k: int = 0, after: str | None = None
+    ):
         self.url, self.params, self.k = url, params or {}, k
         self.last = after
         self.received: list[tuple[int, str, dict[str, Any]]] = []
@@ -72,7 +78,9 @@ class Reader:
             while True:
                 headers = {"Last-Event-ID": self.last} if self.last is not None else {}
                 try:
-                    async with aconnect_sse(client, "GET", self.url + "/v1/stream", params=self.params, headers=headers) as es:
+                    async with aconnect_sse(
+                        client, "GET", self.url + "/v1/stream", params=self.params, headers=headers
+                    ) as es:
                         es.response.raise_for_status()
                         self.connects += 1
                         self.connected.set()
@@ -100,14 +108,19 @@ def test_resume_every_kth_event_across_restart(settings: Settings) -> None:
 
     async def main() -> int:
         reader = Reader(srv.url, {"kinds": "event.appended"}, k=7, after="0")
-        async with anyio.create_task_group() as tg, httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+        async with (
+            anyio.create_task_group() as tg,
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as client,
+        ):
             tg.start_soon(reader.run)
             await reader.until(lambda r: r.connects > 0)
             half = len(payloads) // 2
             for n, payload in enumerate(payloads[:half]):
                 await post(client, payload, f"resume-{n}")
             # stop and restart the server while posting goes on (it retries meanwhile)
-            restart = asyncio.ensure_future(anyio.to_thread.run_sync(lambda: (srv.stop(), srv.start())))
+            restart = asyncio.ensure_future(
+                anyio.to_thread.run_sync(lambda: (srv.stop(), srv.start()))
+            )
             for n, payload in enumerate(payloads[half:], half):
                 await post(client, payload, f"resume-{n}")
             await restart
@@ -146,7 +159,10 @@ def test_filters(settings: Settings) -> None:
             "all": Reader(srv.url),
         }
         answers = []
-        async with anyio.create_task_group() as tg, httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+        async with (
+            anyio.create_task_group() as tg,
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as client,
+        ):
             for r in live.values():
                 tg.start_soon(r.run)
             for r in live.values():
@@ -156,15 +172,23 @@ def test_filters(settings: Settings) -> None:
             head = (await client.get("/healthz")).json()["head"]
             await live["all"].until(lambda r: r.ids() and r.ids()[-1] >= head)
             replay = {
-                "session": Reader(srv.url, {"session": SESSION[:8], "kinds": "event.appended"}, after="0"),
-                "project": Reader(srv.url, {"project": ATTIO_CWD + "/", "kinds": "event.appended"}, after="0"),
+                "session": Reader(
+                    srv.url, {"session": SESSION[:8], "kinds": "event.appended"}, after="0"
+                ),
+                "project": Reader(
+                    srv.url, {"project": ATTIO_CWD + "/", "kinds": "event.appended"}, after="0"
+                ),
             }
             for r in replay.values():
                 tg.start_soon(r.run)
             await asyncio.sleep(2)  # live readers: time for anything wrongly extra to arrive
             expected = {
-                "session": sorted(p for pl, a in answers if pl["session_id"] == SESSION for p in a["positions"]),
-                "project": sorted(p for pl, a in answers if pl["cwd"] == ATTIO_CWD for p in a["positions"]),
+                "session": sorted(
+                    p for pl, a in answers if pl["session_id"] == SESSION for p in a["positions"]
+                ),
+                "project": sorted(
+                    p for pl, a in answers if pl["cwd"] == ATTIO_CWD for p in a["positions"]
+                ),
             }
             for name, r in replay.items():
                 await r.until(lambda r, name=name: len(r.ids()) >= len(expected[name]))
@@ -207,10 +231,19 @@ def test_slow_client_does_not_block_others(settings: Settings) -> None:
 
     async def main() -> tuple[list[Reader], list[int], int]:
         fast = [Reader(srv.url, {"kinds": "event.appended"}, after="0") for _ in range(4)]
-        async with anyio.create_task_group() as tg, httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=30)) as slow_client, aconnect_sse(
-                slow_client, "GET", srv.url + "/v1/stream", params={"kinds": "event.appended", "after": "0"}
-            ) as slow:
+        async with (
+            anyio.create_task_group() as tg,
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as client,
+        ):
+            async with (
+                httpx.AsyncClient(timeout=httpx.Timeout(10, read=30)) as slow_client,
+                aconnect_sse(
+                    slow_client,
+                    "GET",
+                    srv.url + "/v1/stream",
+                    params={"kinds": "event.appended", "after": "0"},
+                ) as slow,
+            ):
                 for r in fast:
                     tg.start_soon(r.run)
                 for r in fast:
@@ -247,7 +280,9 @@ def frame_ids(frames: bytes) -> list[int]:
 
 
 @pytest.mark.parametrize("queue_sections", [2])
-def test_overflowing_client_is_resumed_from_the_log(settings: Settings, queue_sections: int) -> None:
+def test_overflowing_client_is_resumed_from_the_log(
+    settings: Settings, queue_sections: int
+) -> None:
     """In-process: a client that does not read while many sections are published
     overflows its bounded queue, is switched to the log and still gets every position once."""
     payloads, _ = _ordered_payloads()
@@ -269,7 +304,9 @@ def test_overflowing_client_is_resumed_from_the_log(settings: Settings, queue_se
         for n, payload in enumerate(payloads[1:], 1):
             body = json.dumps(payload).encode()
             await anyio.to_thread.run_sync(
-                lambda body=body, n=n: ingest_hook(services.ledger, "claude-code", body, f"o-{n}", datetime.now(UTC))
+                lambda body=body, n=n: ingest_hook(
+                    services.ledger, "claude-code", body, f"o-{n}", datetime.now(UTC)
+                )
             )
             await asyncio.sleep(0.01)  # let the broadcaster publish each save as a section
         head = services.ledger.max_position()

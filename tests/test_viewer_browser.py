@@ -22,11 +22,10 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import Server
+from test_hook_replay import _ordered_payloads
 
 from ledger.config import Settings
-
-from conftest import Server
-from test_hook_replay import SESSION, _ordered_payloads
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -40,7 +39,9 @@ def post(url: str, payload: dict[str, Any], key: str, tries: int = 600) -> dict[
     for _ in range(tries):
         try:
             r = httpx.post(
-                url + "/v1/hooks/claude-code", json=payload, timeout=30,
+                url + "/v1/hooks/claude-code",
+                json=payload,
+                timeout=30,
                 headers={"X-Hookledger-Capture-Key": key},
             )
             assert r.status_code == 202, r.text
@@ -52,12 +53,16 @@ def post(url: str, payload: dict[str, Any], key: str, tries: int = 600) -> dict[
 
 def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureRequest) -> None:
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (scripts/dev.py test does it as root)")
+        pytest.skip(
+            f"{CHROMIUM} is missing: apt-get install chromium (scripts/dev.py test does it as root)"
+        )
     from playwright.sync_api import sync_playwright
 
     payloads, _ = _ordered_payloads()
     # Independent counts, from the payloads with plain json.
-    tool_ids = {p["tool_use_id"] for p in payloads if p["hook_event_name"] in ("PreToolUse", "PostToolUse")}
+    tool_ids = {
+        p["tool_use_id"] for p in payloads if p["hook_event_name"] in ("PreToolUse", "PostToolUse")
+    }
     prompts = [p for p in payloads if p["hook_event_name"] == "UserPromptSubmit"]
     assert payloads[0]["hook_event_name"] == "SessionStart"
     # One more prompt, a real payload whose text is markup: it must show as text.
@@ -72,7 +77,12 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
         with sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path=str(CHROMIUM),
-                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+                args=[
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                ],
             )
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(TIMEOUT_MS)
@@ -110,7 +120,10 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
             assert not poster.is_alive()
 
             # 4. the page catches up: exactly the session's events of the log, none twice
-            log = [e["position"] for e in httpx.get(f"{srv.url}/v1/sessions/{sid}/events").json()["events"]]
+            log = [
+                e["position"]
+                for e in httpx.get(f"{srv.url}/v1/sessions/{sid}/events").json()["events"]
+            ]
             page.wait_for_function("n => window.hookledger.positions.length >= n", arg=len(log))
             detail = httpx.get(f"{srv.url}/v1/sessions/{sid}").json()
             page.wait_for_function(
@@ -118,7 +131,8 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
                 arg=len(detail["tool_calls"]),
             )
             page.wait_for_function(
-                "n => document.querySelectorAll('#batches .batch[data-batch]:not([data-batch=\"0\"])').length === n",
+                "n => document.querySelectorAll("
+                "'#batches .batch[data-batch]:not([data-batch=\"0\"])').length === n",
                 arg=len(detail["batches"]),
             )
             page.wait_for_timeout(1000)  # anything duplicated would arrive now
