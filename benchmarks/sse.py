@@ -6,11 +6,13 @@ For each client count: a fresh data dir and a real ``hookledger serve`` (uvicorn
 few separate client processes (``--client-procs``; asyncio + httpx + httpx-sse) open
 N ``/v1/stream`` connections between them (``kinds=event.appended``) and record, per
 connection, when each position was parsed (``time.monotonic_ns``, one clock for all
-processes on Linux). This process then POSTs real Claude Code hook payloads one at a time (``--interval`` apart), each
-appending one event, and records when each POST returned. Latency of one event on one
-connection = parsed - POST returned ("publish" = the POST answered, i.e. the event is
-committed); also reported from the POST start (the whole ingest included). Each
-event's position comes from the POST answer.
+processes on Linux). This process then POSTs real Claude Code hook payloads one at a
+time (``--interval`` apart), each appending one event, and records when each POST
+returned. Latency of one event on one connection = parsed - POST returned ("publish" =
+the POST answered, i.e. the event is committed); also reported from the POST start
+(the whole ingest included). Each event's position comes from the POST answer.
+``--baseline`` runs a bare sse-starlette broadcaster (``sse_baseline_app.py``) with the
+same clients in the same run, to show what the machine itself allows.
 """
 
 from __future__ import annotations
