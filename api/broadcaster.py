@@ -42,15 +42,20 @@ RESYNC: Final = _Resync()
 class Subscriber:
     """One client's bounded queue of sections (or ``RESYNC``)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, kinds: frozenset[str] | None = None) -> None:
         self.queue: asyncio.Queue[Section | _Resync] = asyncio.Queue(size)
+        self.kinds = kinds
+        """Message kinds the client wants (None: all); other sections are not queued."""
         self.resyncing = False
         self.overflows = 0
 
-    def offer(self, section: Section) -> None:
-        """Enqueue without waiting; on overflow switch the client to the log."""
+    def offer(self, section: Section, kinds: frozenset[str]) -> None:
+        """Enqueue without waiting; on overflow switch the client to the log.
+        ``kinds``: the section's message kinds."""
         if self.resyncing:
             return  # the client will read this section from the log
+        if self.kinds is not None and self.kinds.isdisjoint(kinds):
+            return  # nothing in it for this client: no wake-up
         try:
             self.queue.put_nowait(section)
         except asyncio.QueueFull:
@@ -93,9 +98,10 @@ class Broadcaster:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def subscribe(self) -> Subscriber:
-        """A new subscriber; its first item is ``RESYNC`` (read the log up to ``head``)."""
-        sub = Subscriber(self.queue_sections)
+    def subscribe(self, kinds: frozenset[str] | None = None) -> Subscriber:
+        """A new subscriber (of messages of ``kinds``, None: all); its first item is
+        ``RESYNC`` (read the log up to ``head``)."""
+        sub = Subscriber(self.queue_sections, kinds)
         sub.queue.put_nowait(RESYNC)
         sub.resyncing = True
         self.subscribers.add(sub)
@@ -142,5 +148,6 @@ class Broadcaster:
 
     def _publish(self, section: Section) -> None:
         self.head = max(self.head, section.last)
+        kinds = section.kinds
         for sub in list(self.subscribers):
-            sub.offer(section)
+            sub.offer(section, kinds)

@@ -71,6 +71,11 @@ class Section:
     messages: tuple[Message, ...]
     derived: bool = False
 
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The message kinds in this section."""
+        return frozenset(m.kind for m in self.messages)
+
 
 Events = list[tuple[int, Any]]
 Identities = dict[str, tuple[str | None, str | None]]

@@ -14,7 +14,7 @@ ids, heartbeats and overflow behaviour, is in ``docs/sse.md``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import anyio
@@ -61,7 +61,7 @@ class Filter:
 
 
 async def messages(
-    services: Services, broadcaster: Broadcaster, after: int, accept: Callable[[Message], bool]
+    services: Services, broadcaster: Broadcaster, after: int, accept: Filter
 ) -> AsyncIterator[bytes]:
     """Encoded SSE frames for every accepted message after position ``after``, forever.
 
@@ -69,7 +69,7 @@ async def messages(
     queue; after a queue overflow (``RESYNC``) reads the log again from the last
     position sent. Positions never repeat and never skip.
     """
-    sub = broadcaster.subscribe()
+    sub = broadcaster.subscribe(accept.kinds)
     sent = derived = after  # last position sent: event.appended / derived messages
     try:
         yield ServerSentEvent(comment="hookledger stream", retry=RETRY_MS).encode()
