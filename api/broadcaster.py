@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 """Fallback log poll interval (s), for writers in other processes."""
+STOP_WAIT_S = 30
+"""How long :meth:`Broadcaster.stop` waits for the log read in progress."""
 QUEUE_SECTIONS = 64
 """Sections a client may have waiting before it is switched to reading the log."""
 
@@ -92,11 +94,17 @@ class Broadcaster:
         self._task = asyncio.create_task(self._run(), name="hookledger-broadcaster")
 
     async def stop(self) -> None:
+        """Stop after the log read in progress (never leaves a worker thread mid-read
+        behind, so the store can be closed right after)."""
         self._running = False
+        self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), STOP_WAIT_S)
+            except TimeoutError:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
 
     def subscribe(self, kinds: frozenset[str] | None = None) -> Subscriber:
         """A new subscriber (of messages of ``kinds``, None: all); its first item is
@@ -125,10 +133,12 @@ class Broadcaster:
             loop.call_soon_threadsafe(self._wake.set)
 
     async def _run(self) -> None:
-        while True:
+        while self._running:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
             self._wake.clear()
+            if not self._running:
+                return
             try:
                 await self._pump()
             except Exception:  # keep broadcasting; the next wake retries from head
@@ -136,7 +146,7 @@ class Broadcaster:
                 await asyncio.sleep(self.poll_s)
 
     async def _pump(self) -> None:
-        while True:
+        while self._running:
             after = self.head
             found = await anyio.to_thread.run_sync(read_appended, self.services, after, self._known)
             if found is None:
