@@ -29,6 +29,7 @@ from ledger.config import Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 TIMEOUT_MS = 30_000
 
 pytestmark = pytest.mark.slow
@@ -77,12 +78,7 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
         with sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path=str(CHROMIUM),
-                args=[
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-background-networking",
-                ],
+                args=CHROMIUM_ARGS,
             )
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(TIMEOUT_MS)
@@ -183,12 +179,7 @@ def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureReques
         with sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path=str(CHROMIUM),
-                args=[
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-background-networking",
-                ],
+                args=CHROMIUM_ARGS,
             )
             page = browser.new_page()
             page.set_default_timeout(TIMEOUT_MS)
