@@ -28,6 +28,7 @@ from api.bootstrap import Services
 from api.broadcaster import Broadcaster
 from api.sections import KINDS, Message, Section, read_section
 from projections import queries
+from projections.snapshots import first_position
 
 PING_S = 15
 """Heartbeat comment interval (s)."""
@@ -134,6 +135,10 @@ def routes(services: Services) -> list[Route]:
         head = await anyio.to_thread.run_sync(services.ledger.max_position)
         # A position past the log (a store that was replaced) restarts at its head.
         start = head if after is None else min(after, head)
+        if session is not None and start < head:  # skip the log before the session began
+            first = await anyio.to_thread.run_sync(first_position, services.models, session)
+            if first is not None:
+                start = max(start, first - 1)
         accept = Filter(session or ref, ref, q.get("project") or None, kinds)
         return EventSourceResponse(
             messages(services, broadcaster, start, accept),

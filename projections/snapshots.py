@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import func, select, tuple_
 
 from projections.queries import _session_columns
 from projections.runner import ReadModels
@@ -43,3 +43,13 @@ def batch_rows(
 def _plain(row: Any) -> dict[str, Any]:
     """A row as a dict with plain ``str`` keys (SQLAlchemy labels are ``quoted_name``)."""
     return {str(k): v for k, v in row.items()}
+
+
+def first_position(models: ReadModels, session_id: str) -> int | None:
+    """Log position of the session's first event (``event_index``), None when unknown."""
+    ei = models.table("event_index")
+    with models.engine.connect() as conn:
+        found = conn.execute(
+            select(func.min(ei.c.position)).where(ei.c.stream_id == session_id)
+        ).scalar_one_or_none()
+    return int(found) if found is not None else None
