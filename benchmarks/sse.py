@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +246,25 @@ def run(
     }
 
 
+@contextlib.contextmanager
+def backend(postgres_url: str | None) -> Iterator[dict[str, str]]:
+    """Server environment for a fresh store: SQLite (the data dir) or a new PostgreSQL
+    schema, dropped afterwards."""
+    if not postgres_url:
+        yield {}
+        return
+    import psycopg
+
+    schema = f"bench_sse_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield {"HOOKLEDGER_DATABASE_URL": postgres_url, "HOOKLEDGER_DATABASE_SCHEMA": schema}
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         url, n, events, deadline = (
@@ -269,33 +291,16 @@ def main() -> None:
         help="also run a bare sse-starlette broadcaster (no ledger) in the same run",
     )
     args = ap.parse_args()
-    backend_env: dict[str, str] = {}
-    if args.postgres:
-        import uuid
-
-        import psycopg
-
-        schema = f"bench_sse_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(args.postgres, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
-        backend_env = {
-            "HOOKLEDGER_DATABASE_URL": args.postgres,
-            "HOOKLEDGER_DATABASE_SCHEMA": schema,
-        }
     rows = []
-    try:
-        for n in args.clients:
-            for baseline in [True, False] if args.baseline else [False]:
+    for n in args.clients:
+        for baseline in [True, False] if args.baseline else [False]:
+            with backend(None if baseline else args.postgres) as backend_env:
                 row = run(n, args.events, args.interval, backend_env, baseline, args.client_procs)
-                row["backend"] = (
-                    "bare sse-starlette" if baseline else "postgres" if args.postgres else "sqlite"
-                )
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    finally:
-        if args.postgres:
-            with psycopg.connect(args.postgres, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA "{backend_env["HOOKLEDGER_DATABASE_SCHEMA"]}" CASCADE')
+            row["backend"] = (
+                "bare sse-starlette" if baseline else "postgres" if args.postgres else "sqlite"
+            )
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {
         "python": platform.python_version(),
