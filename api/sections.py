@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 import orjson
 from sse_starlette import ServerSentEvent
@@ -168,6 +169,11 @@ def read_appended(
 
 
 def _identify(services: Services, events: Events, known: Identities) -> None:
+    """Fill ``known`` for every session in ``events``: from its ``Opened`` event in the
+    section, else its read-model row, else its stored ``Opened`` event (the projections
+    may lag behind the log)."""
+    if len(known) > IDENTITIES_KEPT:
+        known.clear()
     missing = set()
     for _, e in events:
         if isinstance(e, Session.Opened):
@@ -177,8 +183,11 @@ def _identify(services: Services, events: Events, known: Identities) -> None:
     if missing:
         for sid, row in session_rows(services.models, missing).items():
             known[sid] = (row["cwd"], row["external_id"])
-    if len(known) > IDENTITIES_KEPT:
-        known.clear()
+    for sid in missing - known.keys():
+        stored = services.ledger.recorder.select_events(UUID(sid), lte=1, limit=1)
+        opened = services.ledger.mapper.to_domain_event(stored[0]) if stored else None
+        if isinstance(opened, Session.Opened):
+            known[sid] = (opened.cwd, opened.external_id)
 
 
 Tag = tuple[int, str | None, str | None, str | None]

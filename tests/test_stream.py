@@ -323,3 +323,29 @@ def test_overflowing_client_is_resumed_from_the_log(
         services.close()
     assert overflows >= 1
     assert got == log
+
+
+def test_project_filter_while_projections_lag(settings: Settings) -> None:
+    """A session's cwd is known to the project filter even before the projections ran
+    (the stream reads it from the session's stored ``Opened`` event)."""
+    start = json.loads((COORP / "session_start.json").read_text())[0]
+    services = build(settings)
+
+    async def main() -> list[int]:
+        body = json.dumps(start).encode()
+        result = ingest_hook(services.ledger, "claude-code", body, "lag-0", datetime.now(UTC))
+        assert len(result.result.positions) == 2  # Opened, Started; no projection has run
+        broadcaster = Broadcaster(services)
+        await broadcaster.start()
+        accept = Filter(project=start["cwd"], kinds=frozenset({"event.appended"}))
+        stream = messages(services, broadcaster, 1, accept)  # after Opened
+        await stream.__anext__()  # the retry hint
+        got = frame_ids(await asyncio.wait_for(stream.__anext__(), 30))
+        await stream.aclose()
+        await broadcaster.stop()
+        return got
+
+    try:
+        assert asyncio.run(main()) == [2]
+    finally:
+        services.close()
