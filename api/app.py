@@ -10,6 +10,8 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts):
   ``GET /v1/sessions/{id}`` (batches, tool calls, status history),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions and digests),
   ``GET /healthz``.
+* ``GET /v1/stream`` — server-sent events (:mod:`api.stream`, ``docs/sse.md``);
+  ``GET /`` — the web viewer (:mod:`api.viewer`).
 
 The app is the single writer of the SQLite store. Reads answer after the projections
 have applied everything already in the log.
@@ -31,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api import stream, viewer
 from api.bootstrap import Services
 from api.commands import routes as command_routes
 from api.plans import routes as plan_routes
@@ -80,11 +83,12 @@ def create_app(services: Services) -> Starlette:
     background = Background(services)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(lambda: drain(services.ledger, services.settings.data_dir / "spool"))
         background.thread.start()
         try:
-            yield
+            async with stream.broadcasting(app, services):
+                yield
         finally:
             background.stop.set()
             background.wake.set()
@@ -164,6 +168,8 @@ def create_app(services: Services) -> Starlette:
             Route("/healthz", healthz),
             *command_routes(services),
             *plan_routes(services),
+            *stream.routes(services),
+            *viewer.routes(),
         ],
         lifespan=lifespan,
     )

@@ -1,0 +1,161 @@
+"""``GET /v1/stream``: the ledger's events and read-model changes as server-sent events.
+
+Query parameters: ``after`` (a log position; the ``Last-Event-ID`` header wins when
+both are given; default: the current head, i.e. live events only), ``session`` (a
+ledger id, an external id or a unique prefix), ``project`` (a cwd: that directory and
+everything under it), ``kinds`` (comma list of ``event.appended``, ``session.updated``,
+``batch.completed``, ``session.completed``). 400 ``{"error"}`` on a bad value.
+
+Every message after ``after`` is sent once, in log order: first read from the log,
+then from the broadcaster's live sections (:mod:`api.broadcaster`). The protocol, with
+ids, heartbeats and overflow behaviour, is in ``docs/sse.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from api.bootstrap import Services
+from api.broadcaster import Broadcaster
+from api.sections import KINDS, Message, Section, read_section
+from projections import queries
+from projections.snapshots import first_position
+
+PING_S = 15
+"""Heartbeat comment interval (s)."""
+RETRY_MS = 1000
+"""Reconnection delay the stream asks browsers to use (ms)."""
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which messages a client wants; None = any."""
+
+    session: str | None = None
+    session_ref: str | None = None
+    project: str | None = None
+    kinds: frozenset[str] | None = None
+
+    def __call__(self, m: Message) -> bool:
+        if self.kinds is not None and m.kind not in self.kinds:
+            return False
+        if (
+            self.session is not None
+            and m.session_id != self.session
+            and (m.external_id is None or m.external_id != self.session_ref)
+        ):
+            return False
+        if self.project is not None:
+            cwd = (m.cwd or "").rstrip("/")
+            root = self.project.rstrip("/")
+            return cwd == root or cwd.startswith(root + "/")
+        return True
+
+
+async def messages(
+    services: Services, broadcaster: Broadcaster, after: int, accept: Filter
+) -> AsyncIterator[bytes]:
+    """Encoded SSE frames for every accepted message after position ``after``, forever.
+
+    Reads the log up to the broadcaster's head, then takes live sections from its
+    queue; after a queue overflow (``RESYNC``) reads the log again from the last
+    position sent. Positions never repeat and never skip.
+    """
+    sub = broadcaster.subscribe(accept.kinds)
+    sent = derived = after  # last position sent: event.appended / derived messages
+    try:
+        yield ServerSentEvent(comment="hookledger stream", retry=RETRY_MS).encode()
+        while True:
+            item = await sub.queue.get()
+            if not isinstance(item, Section):  # RESYNC: read the log, then rejoin live
+                target = broadcaster.rejoin(sub)
+                while sent < target:
+                    pair = await anyio.to_thread.run_sync(read_section, services, sent, target)
+                    if pair is None:
+                        break
+                    frames = [m.frame for s in pair for m in s.messages if accept(m)]
+                    if frames:
+                        yield b"".join(frames)
+                    sent = derived = pair[0].last
+                sent = derived = max(sent, target)
+                continue
+            if item.derived:
+                if item.last <= derived:
+                    continue
+                frames = [m.frame for m in item.messages if accept(m)]
+                derived = item.last
+            else:
+                if item.last <= sent:
+                    continue
+                frames = [m.frame for m in item.messages if m.id > sent and accept(m)]
+                sent = item.last
+            if frames:
+                yield b"".join(frames)
+    finally:
+        broadcaster.unsubscribe(sub)
+
+
+def routes(services: Services) -> list[Route]:
+    """The ``/v1/stream`` route; needs :func:`broadcasting` in the app's lifespan."""
+
+    async def stream(request: Request) -> Response:
+        broadcaster: Broadcaster = request.app.state.broadcaster
+        q = request.query_params
+        raw_after = request.headers.get("last-event-id") or q.get("after")
+        try:
+            after = int(raw_after) if raw_after not in (None, "") else None
+        except ValueError:
+            error = f"after / Last-Event-ID must be a log position: {raw_after!r}"
+            return JSONResponse({"error": error}, 400)
+        if after is not None and after < 0:
+            return JSONResponse({"error": "after / Last-Event-ID must be >= 0"}, 400)
+        kinds = None
+        if q.get("kinds"):
+            kinds = frozenset(k.strip() for k in q["kinds"].split(",") if k.strip())
+            unknown = kinds - KINDS
+            if unknown:
+                return JSONResponse(
+                    {"error": f"unknown kinds {sorted(unknown)}; known: {sorted(KINDS)}"}, 400
+                )
+        ref = q.get("session") or None
+        session = None
+        if ref:
+            session = await anyio.to_thread.run_sync(
+                lambda: queries.find_session_id(services.models, ref)
+            )
+        head = await anyio.to_thread.run_sync(services.ledger.max_position)
+        # A position past the log (a store that was replaced) restarts at its head.
+        start = head if after is None else min(after, head)
+        if session is not None and start < head:  # skip the log before the session began
+            first = await anyio.to_thread.run_sync(first_position, services.models, session)
+            if first is not None:
+                start = max(start, first - 1)
+        accept = Filter(session or ref, ref, q.get("project") or None, kinds)
+        return EventSourceResponse(
+            messages(services, broadcaster, start, accept),
+            ping=PING_S,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    return [Route("/v1/stream", stream)]
+
+
+@contextlib.asynccontextmanager
+async def broadcasting(app: ASGIApp, services: Services) -> AsyncIterator[Broadcaster]:
+    """Start the process's :class:`Broadcaster` as ``app.state.broadcaster``."""
+    broadcaster = Broadcaster(services)
+    await broadcaster.start()
+    app.state.broadcaster = broadcaster  # type: ignore[attr-defined]
+    try:
+        yield broadcaster
+    finally:
+        await broadcaster.stop()

@@ -1,0 +1,351 @@
+"""``GET /v1/stream``: every log position exactly once, across reconnects and a server
+restart; filters; a slow client neither blocks the others nor loses events.
+
+Real data: Claude Code 2.1.170 hook payloads (``coorp-serverless-plugins-hook-logs``,
+session 4f65f198 in transcript order, see ``test_hook_replay``) and Claude Code 1.0.7x
+payloads of another project (``attio-mcp-server-hook-logs``), POSTed to a real
+``hookledger serve``; SSE parsed with httpx-sse. Expected positions come from the
+notification log itself or from the POST answers, never from the stream code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from conftest import FIXTURES, Server
+from httpx_sse import aconnect_sse
+from test_hook_replay import SESSION, _ordered_payloads
+
+from api.bootstrap import build
+from api.broadcaster import Broadcaster
+from api.stream import Filter, messages
+from ledger.config import Settings
+from ledger.ingest import ingest_hook
+
+ATTIO = FIXTURES / "attio-mcp-server-hook-logs"
+COORP = FIXTURES / "coorp-serverless-plugins-hook-logs"
+ATTIO_CWD = "/Users/kesslerio/GDrive/Projects/attio-mcp-server"
+
+
+def log_positions(settings: Settings) -> list[int]:
+    services = build(settings)
+    try:
+        return [n.id for n in services.ledger.recorder.select_notifications(start=0, limit=10**7)]
+    finally:
+        services.close()
+
+
+async def post(
+    client: httpx.AsyncClient, payload: dict[str, Any], key: str, tries: int = 600
+) -> dict[str, Any]:
+    """POST one hook payload, retrying (same capture key) while the server restarts."""
+    for _ in range(tries):
+        try:
+            r = await client.post(
+                "/v1/hooks/claude-code", json=payload, headers={"X-Hookledger-Capture-Key": key}
+            )
+            assert r.status_code == 202, r.text
+            return r.json()
+        except httpx.TransportError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"could not post {key}")
+
+
+class Reader:
+    """Reads ``/v1/stream``; reconnects with ``Last-Event-ID`` after every ``k``-th
+    message and after errors (a server restart), like a browser's EventSource."""
+
+    def __init__(
+        self, url: str, params: dict[str, str] | None = None, k: int = 0, after: str | None = None
+    ):
+        self.url, self.params, self.k = url, params or {}, k
+        self.last = after
+        self.received: list[tuple[int, str, dict[str, Any]]] = []
+        self.connects = 0
+        self.connected = asyncio.Event()
+
+    def ids(self, kind: str = "event.appended") -> list[int]:
+        return [i for i, e, _ in self.received if e == kind]
+
+    async def run(self) -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=30)) as client:
+            while True:
+                headers = {"Last-Event-ID": self.last} if self.last is not None else {}
+                try:
+                    async with aconnect_sse(
+                        client, "GET", self.url + "/v1/stream", params=self.params, headers=headers
+                    ) as es:
+                        es.response.raise_for_status()
+                        self.connects += 1
+                        self.connected.set()
+                        n = 0
+                        async for sse in es.aiter_sse():
+                            if not sse.id or not sse.data:  # the retry hint has no data
+                                continue
+                            self.received.append((int(sse.id), sse.event, json.loads(sse.data)))
+                            self.last = sse.id
+                            n += 1
+                            if self.k and n == self.k:
+                                break
+                except (httpx.TransportError, httpx.HTTPStatusError):
+                    await asyncio.sleep(0.1)
+
+    async def until(self, done: Any, timeout: float = 60) -> None:
+        with anyio.fail_after(timeout):
+            while not done(self):
+                await asyncio.sleep(0.05)
+
+
+def test_resume_every_kth_event_across_restart(settings: Settings) -> None:
+    payloads, _ = _ordered_payloads()
+    srv = Server(settings).start()
+
+    async def main() -> int:
+        reader = Reader(srv.url, {"kinds": "event.appended"}, k=7, after="0")
+        async with (
+            anyio.create_task_group() as tg,
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as client,
+        ):
+            tg.start_soon(reader.run)
+            await reader.until(lambda r: r.connects > 0)
+            half = len(payloads) // 2
+            for n, payload in enumerate(payloads[:half]):
+                await post(client, payload, f"resume-{n}")
+            # stop and restart the server while posting goes on (it retries meanwhile)
+            restart = asyncio.ensure_future(
+                anyio.to_thread.run_sync(lambda: (srv.stop(), srv.start()))
+            )
+            for n, payload in enumerate(payloads[half:], half):
+                await post(client, payload, f"resume-{n}")
+            await restart
+            head = (await client.get("/healthz")).json()["head"]
+            await reader.until(lambda r: r.last is not None and int(r.last) >= head)
+            tg.cancel_scope.cancel()
+        assert reader.connects > len(reader.received) // 7  # it really reconnected every 7th
+        return reader
+
+    try:
+        reader = asyncio.run(main())
+    finally:
+        srv.stop()
+    log = log_positions(settings)
+    assert len(log) >= len(payloads)
+    assert reader.ids() == log  # every position, once, in order
+
+
+def test_filters(settings: Settings) -> None:
+    """session / project / kinds filters, live and replayed from the log."""
+    coorp_start = json.loads((COORP / "session_start.json").read_text())
+    coorp_end = json.loads((COORP / "session_end.json").read_text())
+    attio = [
+        p
+        for name in ("session_start.json", "user_prompt_submit.json", "stop.json")
+        for p in json.loads((ATTIO / name).read_text())
+    ]
+    ordered = coorp_start + attio + coorp_end
+    srv = Server(settings).start()
+
+    async def main() -> dict[str, Any]:
+        live = {
+            "session": Reader(srv.url, {"session": SESSION, "kinds": "event.appended"}),
+            "project": Reader(srv.url, {"project": ATTIO_CWD, "kinds": "event.appended"}),
+            "completed": Reader(srv.url, {"kinds": "session.completed"}),
+            "all": Reader(srv.url),
+        }
+        answers = []
+        async with (
+            anyio.create_task_group() as tg,
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as client,
+        ):
+            for r in live.values():
+                tg.start_soon(r.run)
+            for r in live.values():
+                await r.until(lambda r: r.connects > 0)
+            for n, payload in enumerate(ordered):
+                answers.append((payload, await post(client, payload, f"filter-{n}")))
+            head = (await client.get("/healthz")).json()["head"]
+            await live["all"].until(lambda r: r.ids() and r.ids()[-1] >= head)
+            replay = {
+                "session": Reader(
+                    srv.url, {"session": SESSION[:8], "kinds": "event.appended"}, after="0"
+                ),
+                "project": Reader(
+                    srv.url, {"project": ATTIO_CWD + "/", "kinds": "event.appended"}, after="0"
+                ),
+            }
+            for r in replay.values():
+                tg.start_soon(r.run)
+            await asyncio.sleep(2)  # live readers: time for anything wrongly extra to arrive
+            expected = {
+                "session": sorted(
+                    p for pl, a in answers if pl["session_id"] == SESSION for p in a["positions"]
+                ),
+                "project": sorted(
+                    p for pl, a in answers if pl["cwd"] == ATTIO_CWD for p in a["positions"]
+                ),
+            }
+            for name, r in replay.items():
+                await r.until(lambda r, name=name: len(r.ids()) >= len(expected[name]))
+            tg.cancel_scope.cancel()
+        return {"live": live, "replay": replay, "expected": expected, "head": head}
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        srv.stop()
+    live, replay, expected = out["live"], out["replay"], out["expected"]
+    assert len(expected["session"]) == 2  # Opened + Started of the one SessionStart posted
+    assert len(expected["project"]) > 20
+    for name in ("session", "project"):
+        assert live[name].ids() == expected[name]
+        assert replay[name].ids() == expected[name]
+        assert {e for _, e, _ in live[name].received} == {"event.appended"}
+    assert live["all"].ids() == log_positions(settings)
+    # one SessionEnd payload in the fixture -> one session.completed, for its session
+    ended = {p["session_id"] for p in coorp_end}
+    assert len(live["completed"].received) == len(coorp_end) == 1
+    assert {m["session"]["external_id"] for _, _, m in live["completed"].received} == ended
+    assert {e for _, e, _ in live["completed"].received} == {"session.completed"}
+    kinds = {e for _, e, _ in live["all"].received}
+    assert {"event.appended", "session.updated", "batch.completed", "session.completed"} <= kinds
+
+
+def test_bad_parameters(server: Server) -> None:
+    assert httpx.get(server.url + "/v1/stream", params={"kinds": "nope"}).status_code == 400
+    assert httpx.get(server.url + "/v1/stream", params={"after": "x"}).status_code == 400
+    r = httpx.get(server.url + "/v1/stream", headers={"Last-Event-ID": "-3"})
+    assert r.status_code == 400 and "error" in r.json()
+
+
+def test_slow_client_does_not_block_others(settings: Settings) -> None:
+    """One client stops reading; the others still get every position while it stalls,
+    and the stalled one, once it reads again, gets every position exactly once."""
+    payloads, _ = _ordered_payloads()
+    srv = Server(settings).start()
+
+    async def main() -> tuple[list[Reader], list[int], int]:
+        fast = [Reader(srv.url, {"kinds": "event.appended"}, after="0") for _ in range(4)]
+        async with (
+            anyio.create_task_group() as tg,
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as client,
+        ):
+            async with (
+                httpx.AsyncClient(timeout=httpx.Timeout(10, read=30)) as slow_client,
+                aconnect_sse(
+                    slow_client,
+                    "GET",
+                    srv.url + "/v1/stream",
+                    params={"kinds": "event.appended", "after": "0"},
+                ) as slow,
+            ):
+                for r in fast:
+                    tg.start_soon(r.run)
+                for r in fast:
+                    await r.until(lambda r: r.connects > 0)
+                for n, payload in enumerate(payloads):
+                    await post(client, payload, f"slow-{n}")
+                head = (await client.get("/healthz")).json()["head"]
+                # the slow client has read nothing yet; the others are complete
+                for r in fast:
+                    await r.until(lambda r: r.ids() and r.ids()[-1] >= head, timeout=30)
+                got = []
+                async for sse in slow.aiter_sse():
+                    if not sse.data:  # the retry hint
+                        continue
+                    got.append(int(sse.id))
+                    if int(sse.id) >= head:
+                        break
+            tg.cancel_scope.cancel()
+        return fast, got, head
+
+    try:
+        fast, slow_ids, _head = asyncio.run(main())
+    finally:
+        srv.stop()
+    log = log_positions(settings)
+    for r in fast:
+        assert r.ids() == log
+    assert slow_ids == log
+
+
+def frame_ids(frames: bytes) -> list[int]:
+    """The ``id:`` fields of encoded SSE messages (as sse-starlette writes them)."""
+    return [int(line[4:]) for line in frames.decode().splitlines() if line.startswith("id: ")]
+
+
+@pytest.mark.parametrize("queue_sections", [2])
+def test_overflowing_client_is_resumed_from_the_log(
+    settings: Settings, queue_sections: int
+) -> None:
+    """In-process: a client that does not read while many sections are published
+    overflows its bounded queue, is switched to the log and still gets every position once."""
+    payloads, _ = _ordered_payloads()
+    services = build(settings)
+
+    async def main() -> tuple[list[int], int]:
+        broadcaster = Broadcaster(services, queue_sections=queue_sections)
+        await broadcaster.start()
+        stream = messages(services, broadcaster, 0, Filter(kinds=frozenset({"event.appended"})))
+        first = await stream.__anext__()  # subscribes; the retry hint
+        assert b"retry:" in first
+        sub = next(iter(broadcaster.subscribers))
+        body = json.dumps(payloads[0]).encode()
+        await anyio.to_thread.run_sync(
+            lambda: ingest_hook(services.ledger, "claude-code", body, "o-0", datetime.now(UTC))
+        )
+        got = frame_ids(await asyncio.wait_for(stream.__anext__(), 30))  # now reading live
+        assert got[0] == 1
+        for n, payload in enumerate(payloads[1:], 1):
+            body = json.dumps(payload).encode()
+            await anyio.to_thread.run_sync(
+                lambda body=body, n=n: ingest_hook(
+                    services.ledger, "claude-code", body, f"o-{n}", datetime.now(UTC)
+                )
+            )
+            await asyncio.sleep(0.01)  # let the broadcaster publish each save as a section
+        head = services.ledger.max_position()
+        while got[-1] < head:
+            got.extend(frame_ids(await asyncio.wait_for(stream.__anext__(), 30)))
+        await stream.aclose()
+        await broadcaster.stop()
+        return got, sub.overflows
+
+    try:
+        got, overflows = asyncio.run(main())
+        log = [n.id for n in services.ledger.recorder.select_notifications(start=0, limit=10**7)]
+    finally:
+        services.close()
+    assert overflows >= 1
+    assert got == log
+
+
+def test_project_filter_while_projections_lag(settings: Settings) -> None:
+    """A session's cwd is known to the project filter even before the projections ran
+    (the stream reads it from the session's stored ``Opened`` event)."""
+    start = json.loads((COORP / "session_start.json").read_text())[0]
+    services = build(settings)
+
+    async def main() -> list[int]:
+        body = json.dumps(start).encode()
+        result = ingest_hook(services.ledger, "claude-code", body, "lag-0", datetime.now(UTC))
+        assert len(result.result.positions) == 2  # Opened, Started; no projection has run
+        broadcaster = Broadcaster(services)
+        await broadcaster.start()
+        accept = Filter(project=start["cwd"], kinds=frozenset({"event.appended"}))
+        stream = messages(services, broadcaster, 1, accept)  # after Opened
+        await stream.__anext__()  # the retry hint
+        got = frame_ids(await asyncio.wait_for(stream.__anext__(), 30))
+        await stream.aclose()
+        await broadcaster.stop()
+        return got
+
+    try:
+        assert asyncio.run(main()) == [2]
+    finally:
+        services.close()
