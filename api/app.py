@@ -20,20 +20,20 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api import context as context_api
+from api.access import TokenMiddleware
 from api.bootstrap import Services
-from api.hook_client import uuid7
-from ledger.ingest import HOOK_PARSERS, ingest_hook
-from ledger.sources.claude_common import parse_time
+from api.hooks_ingest import HookIngest
 from ledger.spool import drain
 from projections import queries
 
@@ -64,36 +64,25 @@ class Background:
             self.wake.clear()
 
 
-def create_app(services: Services) -> Starlette:
-    """Build the ASGI app around already-built services (see :mod:`api.bootstrap`)."""
+def create_app(services: Services, token: str | None = None) -> Starlette:
+    """Build the ASGI app around already-built services (see :mod:`api.bootstrap`).
+
+    ``token``: when set, requests need it (:class:`api.access.TokenMiddleware`)."""
     background = Background(services)
+    hooks = HookIngest(services)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(lambda: drain(services.ledger, services.settings.data_dir / "spool"))
         background.thread.start()
+        await anyio.to_thread.run_sync(hooks.start)
         try:
             yield
         finally:
+            hooks.stop()
             background.stop.set()
             background.wake.set()
             await anyio.to_thread.run_sync(background.thread.join)
-
-    async def post_hook(request: Request) -> Response:
-        agent = request.path_params["agent"]
-        body = await request.body()
-        key = request.headers.get("x-hookledger-capture-key") or uuid7()
-        at = parse_time(request.headers.get("x-hookledger-captured-at")) or datetime.now(UTC)
-        outcome = await anyio.to_thread.run_sync(lambda: ingest_hook(services.ledger, agent, body, key, at))
-        r = outcome.result
-        if outcome.error is not None:
-            status = 404 if agent not in HOOK_PARSERS else 400
-            return JSONResponse({"error": outcome.error, "rejected": True, "positions": r.positions}, status)
-        return JSONResponse(
-            {"appended": r.appended, "duplicates": r.duplicates, "positions": r.positions,
-             "sessions": [str(s) for s in r.sessions]},
-            202,
-        )
 
     async def current() -> None:
         await anyio.to_thread.run_sync(services.runner.catch_up)
@@ -146,13 +135,15 @@ def create_app(services: Services) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/v1/hooks/{agent}", post_hook, methods=["POST"]),
+            *hooks.routes(),
+            *context_api.routes(services, current),
             Route("/v1/sessions", list_sessions),
             Route("/v1/sessions/{id}", get_session),
             Route("/v1/sessions/{id}/events", session_events),
             Route("/healthz", healthz),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(TokenMiddleware, token=token)] if token else [],
     )
 
 

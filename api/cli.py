@@ -177,17 +177,27 @@ def projections_rebuild(ctx: click.Context, name: str | None) -> None:
 @click.option("--port", default=8765, show_default=True, type=int)
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Run the HTTP service (single writer of the store)."""
+    """Run the HTTP service (single writer of the store).
+
+    Binds 127.0.0.1 by default; any other address needs HOOKLEDGER_TOKEN, which every
+    request then has to carry (see api/access.py)."""
+    import os
+
     import uvicorn
 
+    from api.access import TOKEN_ENV, bind_error
     from api.app import create_app
     from api.bootstrap import build
 
+    token = os.environ.get(TOKEN_ENV) or None
+    refusal = bind_error(host, token)
+    if refusal:
+        raise click.ClickException(refusal)
     settings = ctx.obj["settings"]
     services = build(settings, cache_size=256)
     click.echo(f"hookledger serving {settings.data_dir} on http://{host}:{port}", err=True)
     try:
-        uvicorn.run(create_app(services), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(services, token=token), host=host, port=port, log_level="warning")
     finally:
         services.close()
 

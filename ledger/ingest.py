@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import orjson
 
 from ledger.app import Ledger, RecordResult
-from ledger.observation import Rejected
+from ledger.observation import Observation, Rejected
 from ledger.sources import claude_hooks
 
 HOOK_PARSERS = {"claude-code": claude_hooks}
@@ -37,14 +37,29 @@ def ingest_hook(
     captured_at: datetime | None = None,
 ) -> IngestOutcome:
     """Parse and record one hook body. ``error`` is set when the body was rejected."""
+    items, error = parse_hook_body(agent, body, capture_key, captured_at)
+    return IngestOutcome(ledger.record(items), error)
+
+
+def parse_hook_body(
+    agent: str,
+    body: bytes,
+    capture_key: str,
+    captured_at: datetime | None = None,
+) -> tuple[list[Observation | Rejected], str | None]:
+    """Parse one hook body into what :meth:`Ledger.record` takes, without recording.
+
+    Returns (items, error): a body that cannot be parsed gives one :class:`Rejected`
+    item and the reason in ``error``. Never raises on bad input.
+    """
     module = HOOK_PARSERS.get(agent)
     source = f"hook:{agent}"
     at = captured_at or datetime.now(UTC)
     if module is None:
         reason = f"unknown agent {agent!r} (known: {', '.join(sorted(HOOK_PARSERS))})"
-        return _reject(ledger, source, capture_key, reason, body, agent)
+        return _reject(source, capture_key, reason, body, agent)
     if len(body) > MAX_BODY_BYTES:
-        return _reject(ledger, source, capture_key, f"body larger than {MAX_BODY_BYTES} bytes", body, agent)
+        return _reject(source, capture_key, f"body larger than {MAX_BODY_BYTES} bytes", body, agent)
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -53,14 +68,15 @@ def ingest_hook(
             body.decode("utf-8")
         except UnicodeDecodeError:
             reason = "not valid UTF-8 JSON"
-        return _reject(ledger, source, capture_key, reason, body, agent)
+        return _reject(source, capture_key, reason, body, agent)
     try:
-        observations = module.parse_hook(payload, capture_key, at)
+        observations: list[Observation | Rejected] = [*module.parse_hook(payload, capture_key, at)]
     except claude_hooks.HookPayloadError as e:
-        return _reject(ledger, source, capture_key, str(e), body, agent)
-    return IngestOutcome(ledger.record(observations))
+        return _reject(source, capture_key, str(e), body, agent)
+    return observations, None
 
 
-def _reject(ledger: Ledger, source: str, key: str, reason: str, body: bytes, agent: str) -> IngestOutcome:
-    rejected = Rejected(source, f"capture {key}", reason, body, agent, f"{agent}.hook")
-    return IngestOutcome(ledger.record([rejected]), error=reason)
+def _reject(
+    source: str, key: str, reason: str, body: bytes, agent: str
+) -> tuple[list[Observation | Rejected], str]:
+    return [Rejected(source, f"capture {key}", reason, body, agent, f"{agent}.hook")], reason

@@ -1,0 +1,341 @@
+"""The hook hot path: what an agent runs on every hook event. Standard library only.
+
+Run as ``python -S /abs/path/api/hook_fast.py <agent> <data dir>`` (what
+``hookledger install-hooks`` writes: no ``site``, no package imports). Reads one hook
+payload on stdin and, always printing valid hook output and exiting 0:
+
+* Privacy first, in both modes: a payload that may hold a ``<private>`` tag (the exact
+  pre-check of :func:`ledger.privacy.may_hold_private`) has those spans removed
+  (same rules as :mod:`ledger.privacy`) before it is written or sent anywhere.
+* Local server (``HOOKLEDGER_URL`` unset or loopback): appends the payload, whole, with
+  a capture key (UUIDv7) and capture time, to the spool journal
+  ``<data dir>/spool/hooks.journal`` and exits. No network, and no ``json``, ``re``,
+  ``socket`` or ``urllib`` import on this path. The server ingests the journal
+  (:mod:`ledger.journal`).
+* ``SessionStart`` (the one hook that answers) also asks the server for context,
+  ``GET /v1/context?session_id=…&cwd=…`` with a 2 s timeout, and prints
+  ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``
+  (at most 10,000 characters); no context when the server does not answer. The
+  payload is journalled first either way.
+* Remote server (``HOOKLEDGER_URL`` not loopback): the payload is POSTed to
+  ``/v1/hooks/<agent>``; when unreachable (or a 5xx, 401, 403) it is journalled.
+
+``HOOKLEDGER_TOKEN``, when set, is sent as ``Authorization: Bearer <token>``.
+
+Journal record framing (no JSON needed to write or read it), one ``write()`` per
+record, ``O_APPEND`` under an exclusive ``flock``, then ``fdatasync``::
+
+    HLJ1 <capture key> <captured at, ISO-8601 UTC> <agent> <body length in bytes>\\n
+    <body bytes>\\n
+"""
+
+import fcntl
+import os
+import sys
+import time
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+JOURNAL = "hooks.journal"
+MAGIC = b"HLJ1"
+MAX_CONTEXT_CHARS = 10_000
+CONTEXT_TIMEOUT_S = 2.0
+POST_TIMEOUT_S = 2.0
+PLACEHOLDER = "[private]"
+_SPACE = " \t\n\r\f\v"
+
+
+def uuid7() -> str:
+    """RFC 9562 UUIDv7: 48-bit ms timestamp, version 7, variant 10, random bits."""
+    ms = time.time_ns() // 1_000_000
+    rnd = int.from_bytes(os.urandom(10), "big")
+    value = (
+        (ms & ((1 << 48) - 1)) << 80
+        | 0x7 << 76
+        | (rnd >> 68 & 0xFFF) << 64
+        | 0b10 << 62
+        | rnd & ((1 << 62) - 1)
+    )
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def now_iso() -> str:
+    """Current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    ns = time.time_ns()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000)) + (
+        f".{ns // 1_000_000 % 1000:03d}Z"
+    )
+
+
+def record_bytes(agent: str, body: bytes, key: str, at: str) -> bytes:
+    """One journal record (header line, body, newline)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent) or "_"
+    return b"%s %s %s %s %d\n%s\n" % (
+        MAGIC, key.encode(), at.encode(), safe.encode(), len(body), body,
+    )
+
+
+def journal_append(spool_dir: str, record: bytes) -> None:
+    """Append ``record`` to ``<spool_dir>/hooks.journal``; safe with many processes.
+
+    The server renames the journal aside to ingest it; a writer that opened the old
+    file before the rename sees (under the lock) that the path is a new file and
+    reopens, so no record lands in a file already read.
+
+    Raises:
+        OSError: the journal cannot be written (e.g. disk full, read-only).
+    """
+    path = spool_dir + "/" + JOURNAL
+    for _ in range(50):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            os.makedirs(spool_dir, exist_ok=True)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                view = memoryview(record)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fdatasync(fd)
+                return
+        finally:
+            os.close(fd)
+    raise OSError("spool journal kept moving; record not written")
+
+
+def hook_event_name(body: bytes) -> str:
+    """The ``hook_event_name`` of a JSON payload, found without a JSON parser.
+
+    The exact bytes ``"hook_event_name"`` followed by ``:`` occur only as the key
+    (inside a JSON string the quotes would be escaped). Returns "" when not found.
+    """
+    i = body.find(b'"hook_event_name"')
+    while i >= 0:
+        j = i + 17
+        while j < len(body) and body[j] in b" \t\r\n":
+            j += 1
+        if j < len(body) and body[j] == 58:  # ':'
+            j += 1
+            while j < len(body) and body[j] in b" \t\r\n":
+                j += 1
+            if j < len(body) and body[j] == 34:  # '"'
+                end = body.find(b'"', j + 1)
+                if end > 0:
+                    return body[j + 1 : end].decode("ascii", "replace")
+            return ""
+        i = body.find(b'"hook_event_name"', i + 1)
+    return ""
+
+
+def is_loopback(url: str) -> bool:
+    """True when ``url``'s host is localhost or a 127.0.0.0/8 or ::1 address."""
+    rest = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    host = rest[1:].split("]", 1)[0] if rest.startswith("[") else rest.split(":", 1)[0]
+    host = host.lower()
+    return host in ("localhost", "::1", "") or host.startswith("127.")
+
+
+# -- privacy before a payload leaves the machine (semantics of ledger/privacy.py) -------
+
+
+def _tag_at(text: str, lower: str, i: int) -> tuple[bool, int] | None:
+    """At ``text[i] == '<'``: (closing, end index) if a private tag starts here."""
+    j = i + 1
+    closing = j < len(text) and text[j] == "/"
+    if closing:
+        j += 1
+    if lower.startswith("private", j):
+        j += 7
+        k = 0
+        while j < len(text) and text[j] in _SPACE and k < 16:
+            j += 1
+            k += 1
+        if j < len(text) and text[j] == ">":
+            return closing, j + 1
+    return None
+
+
+def strip_private_text(text: str) -> tuple[str, int]:
+    """Remove ``<private>…</private>`` spans (any case, nested, unclosed = to the end);
+    each span becomes ``[private]``. Returns (text, spans removed). Linear time."""
+    if "<" not in text:
+        return text, 0
+    lower = text.lower()
+    out: list[str] = []
+    pos = depth = removed = 0
+    i = text.find("<")
+    while i >= 0:
+        tag = _tag_at(text, lower, i)
+        if tag is not None:
+            closing, end = tag
+            if not closing:
+                if depth == 0:
+                    out.append(text[pos:i])
+                    removed += 1
+                depth += 1
+            elif depth > 0:
+                depth -= 1
+                if depth == 0:
+                    out.append(PLACEHOLDER)
+                    pos = end
+        i = text.find("<", i + 1)
+    if depth > 0:
+        out.append(PLACEHOLDER)
+        return "".join(out), removed
+    if removed == 0:
+        return text, 0
+    out.append(text[pos:])
+    return "".join(out), removed
+
+
+def strip_private_body(body: bytes) -> bytes:
+    """``body`` with private spans removed from every JSON string (keys and values);
+    a body that is not JSON is scanned as text."""
+    import json
+
+    text = body.decode("utf-8", "surrogateescape")
+    if "<" not in text and "\\u" not in text:
+        return body
+    try:
+        value = json.loads(text)
+    except ValueError:
+        cleaned, n = strip_private_text(text)
+        return cleaned.encode("utf-8", "surrogateescape") if n else body
+    changed = [0]
+
+    def walk(v):  # type: ignore[no-untyped-def]
+        if isinstance(v, str):
+            s, n = strip_private_text(v)
+            changed[0] += n
+            return s
+        if isinstance(v, dict):
+            return {walk(k): walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    cleaned = walk(value)
+    if not changed[0]:
+        return body
+    return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", "surrogateescape")
+
+
+# -- talking to the server (only SessionStart and remote mode) -----------------------
+
+
+def _headers() -> dict[str, str]:
+    token = os.environ.get("HOOKLEDGER_TOKEN")
+    return {"Authorization": "Bearer " + token} if token else {}
+
+
+def post_hook(url: str, agent: str, body: bytes, key: str, at: str) -> bool:
+    """POST one payload; True when the server took it (2xx/4xx: 4xx bodies are kept
+    by the server as rejected input), False when it should be journalled."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    req = urllib.request.Request(
+        url + "/v1/hooks/" + urllib.parse.quote(agent, safe=""),
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "X-Hookledger-Capture-Key": key,
+            "X-Hookledger-Captured-At": at,
+            **_headers(),
+        },
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=POST_TIMEOUT_S) as resp:
+            resp.read()
+        return True
+    except urllib.error.HTTPError as e:
+        return e.code < 500 and e.code not in (401, 403)
+    except Exception:
+        return False
+
+
+def fetch_context(url: str, body: bytes) -> str:
+    """Markdown context for a ``SessionStart`` payload; "" on any failure."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    try:
+        payload = json.loads(body)
+        query = urllib.parse.urlencode(
+            {k: str(payload.get(k) or "") for k in ("session_id", "cwd")}
+        )
+        req = urllib.request.Request(url + "/v1/context?" + query, headers=_headers())
+        with urllib.request.urlopen(req, timeout=CONTEXT_TIMEOUT_S) as resp:
+            answer = json.loads(resp.read())
+        text = answer.get("markdown") if isinstance(answer, dict) else None
+        return text[:MAX_CONTEXT_CHARS] if isinstance(text, str) else ""
+    except Exception:
+        return ""
+
+
+def session_start_output(context: str) -> str:
+    import json
+
+    if not context:
+        return "{}"
+    return json.dumps(
+        {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}
+    )
+
+
+# -- the hook ------------------------------------------------------------------------
+
+
+def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> str:
+    """Capture one payload as described in the module docstring; returns the hook's
+    stdout (a JSON object).
+
+    Raises:
+        OSError: the payload could not be journalled (:func:`main` still exits 0).
+    """
+    key = uuid7()
+    at = now_iso()
+    target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
+    spool = data_dir + "/spool"
+    if b"\\u" in body or b"private" in body.lower():  # exact pre-check, see ledger.privacy
+        body = strip_private_body(body)
+    if is_loopback(target) or not post_hook(target, agent, body, key, at):
+        journal_append(spool, record_bytes(agent, body, key, at))
+    if hook_event_name(body) == "SessionStart":
+        return session_start_output(fetch_context(target, body))
+    return "{}"
+
+
+def main(argv: list[str]) -> int:
+    """``hook_fast.py <agent> <data dir>``; always prints hook output, returns 0."""
+    out = "{}"
+    try:
+        agent = argv[1] if len(argv) > 1 else "claude-code"
+        data_dir = argv[2] if len(argv) > 2 else os.environ.get("HOOKLEDGER_DATA_DIR", "")
+        if not data_dir:
+            raise OSError("no data directory (argument or HOOKLEDGER_DATA_DIR)")
+        out = handle(agent, data_dir, sys.stdin.buffer.read())
+    except BaseException as e:  # a hook never fails its agent
+        try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+            sys.stderr.write(f"hookledger hook: {e}\n")
+        except BaseException:
+            pass
+    try:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

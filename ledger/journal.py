@@ -1,0 +1,169 @@
+"""Server side of the hook spool journal ``<data dir>/spool/hooks.journal``.
+
+Written by the hook hot path (``api/hook_fast.py``, which documents the framing:
+a header line ``HLJ1 <capture key> <captured at> <agent> <length>`` then the raw
+payload bytes and a newline). :meth:`JournalIngester.drain`:
+
+1. renames a non-empty journal aside to ``hooks.journal.<uuid>.aside`` (hooks
+   that start later create a fresh journal);
+2. takes the aside file's ``flock``: a hook that opened the old file before the rename
+   either finished its write (we then read it) or, once it gets the lock, sees that
+   the path is a new file and writes there instead — no record is lost;
+3. parses every record and records them in chunks, each payload with its original
+   capture key, so a crash (even SIGKILL) part-way and a second drain append nothing
+   twice (``Ledger.record`` is idempotent by key);
+4. deletes the aside file (the trim).
+
+A record whose framing is broken (bad header, length past the end) is recorded as
+:class:`~ledger.observation.Rejected` input with the reason and its bytes; the parser
+resynchronises at the next ``\\nHLJ1 `` header.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger.app import RecordResult
+from ledger.ingest import parse_hook_body
+from ledger.observation import Observation, Rejected
+from ledger.sources.claude_common import parse_time
+
+JOURNAL = "hooks.journal"
+MAGIC = b"HLJ1 "
+CHUNK_RECORDS = 2000
+"""Hook payloads per ``record`` call while draining a journal."""
+
+Recorder = Callable[[Sequence[Observation | Rejected]], RecordResult]
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    offset: int
+    key: str
+    captured_at: str
+    agent: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Malformed:
+    offset: int
+    reason: str
+    data: bytes
+
+
+def parse_journal(data: bytes) -> Iterator[JournalRecord | Malformed]:
+    """Records of a journal file's bytes, in order; broken framing yields
+    :class:`Malformed` chunks (nothing is skipped silently)."""
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if not data.startswith(MAGIC, pos):
+            nxt = _resync(data, pos)
+            yield Malformed(pos, "no journal record header here", data[pos:nxt])
+            pos = nxt
+            continue
+        eol = data.find(b"\n", pos, pos + 512)
+        fields = data[pos:eol].split(b" ") if eol >= 0 else []
+        if len(fields) != 5 or not fields[4].isdigit():
+            nxt = _resync(data, pos + 1)
+            yield Malformed(pos, "bad journal record header", data[pos:nxt])
+            pos = nxt
+            continue
+        length = int(fields[4])
+        body_end = eol + 1 + length
+        if body_end + 1 > end or data[body_end : body_end + 1] != b"\n":
+            nxt = _resync(data, pos + 1)
+            reason = f"record body shorter than its header's {length} bytes"
+            yield Malformed(pos, reason, data[pos:nxt])
+            pos = nxt
+            continue
+        try:
+            key, at, agent = (f.decode("ascii") for f in fields[1:4])
+        except UnicodeDecodeError:
+            nxt = _resync(data, pos + 1)
+            yield Malformed(pos, "journal record header is not ASCII", data[pos:nxt])
+            pos = nxt
+            continue
+        yield JournalRecord(pos, key, at, agent, data[eol + 1 : body_end])
+        pos = body_end + 1
+
+
+def _resync(data: bytes, start: int) -> int:
+    nxt = data.find(b"\n" + MAGIC, start)
+    return len(data) if nxt < 0 else nxt + 1
+
+
+def to_items(entry: JournalRecord | Malformed, source_name: str) -> list[Observation | Rejected]:
+    """What ``Ledger.record`` takes for one journal entry."""
+    if isinstance(entry, Malformed):
+        return [
+            Rejected("spool:journal", f"{source_name} offset {entry.offset}",
+                     f"malformed journal record: {entry.reason}", entry.data)
+        ]
+    at = parse_time(entry.captured_at)
+    return parse_hook_body(entry.agent, entry.body, entry.key, at)[0]
+
+
+class JournalIngester:
+    """Drains the journal in ``spool_dir`` into the ledger through ``record``.
+
+    Args:
+        spool_dir: ``<data dir>/spool``.
+        record: e.g. ``GroupWriter.record`` or ``Ledger.record``.
+    """
+
+    def __init__(self, spool_dir: Path, record: Recorder) -> None:
+        self.spool_dir = spool_dir
+        self.record = record
+        self.path = spool_dir / JOURNAL
+
+    def pending(self) -> bool:
+        """True when a journal holds bytes or an aside file is left to ingest."""
+        try:
+            if self.path.stat().st_size > 0:
+                return True
+        except FileNotFoundError:
+            pass
+        return any(self.spool_dir.glob(f"{JOURNAL}.*.aside"))
+
+    def drain(self) -> RecordResult:
+        """Ingest and delete everything journalled so far; returns what was appended.
+
+        Raises whatever ``record`` raises (the aside file is then kept for the next
+        drain: nothing is lost, nothing doubles)."""
+        total = RecordResult()
+        try:
+            if self.path.stat().st_size > 0:
+                os.rename(self.path, self.spool_dir / f"{JOURNAL}.{uuid.uuid4().hex}.aside")
+        except FileNotFoundError:
+            pass
+        asides = sorted(self.spool_dir.glob(f"{JOURNAL}.*.aside"), key=_mtime)
+        for aside in asides:
+            with open(aside, "rb") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # wait for a hook mid-write
+                data = f.read()
+            chunk: list[Observation | Rejected] = []
+            count = 0
+            for entry in parse_journal(data):
+                chunk.extend(to_items(entry, aside.name))
+                count += 1
+                if count >= CHUNK_RECORDS:
+                    total.add(self.record(chunk))
+                    chunk, count = [], 0
+            if chunk:
+                total.add(self.record(chunk))
+            aside.unlink()
+        return total
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
