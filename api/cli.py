@@ -217,5 +217,11 @@ def hook(ctx: click.Context, agent: str) -> None:
     ctx.exit(0)
 
 
+from api.cli_hooks import doctor, install_hooks, uninstall_hooks  # noqa: E402
+
+main.add_command(install_hooks)
+main.add_command(uninstall_hooks)
+main.add_command(doctor)
+
 if __name__ == "__main__":
     main()

@@ -44,7 +44,9 @@ class JournalPump:
     ``error`` and retried on the next tick; the journal file keeps the records)."""
 
     def __init__(self, services: Services, writer: GroupWriter) -> None:
-        self.ingester = JournalIngester(services.settings.data_dir / "spool", writer.record)
+        self.ingester = JournalIngester(
+            services.settings.data_dir / "spool", submit=writer.submit
+        )
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="hookledger-journal", daemon=True)

@@ -13,6 +13,7 @@ import orjson
 
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected
+from ledger.privacy import may_hold_private
 from ledger.sources import claude_hooks
 
 HOOK_PARSERS = {"claude-code": claude_hooks}
@@ -70,7 +71,9 @@ def parse_hook_body(
             reason = "not valid UTF-8 JSON"
         return _reject(source, capture_key, reason, body, agent)
     try:
-        observations: list[Observation | Rejected] = [*module.parse_hook(payload, capture_key, at)]
+        observations: list[Observation | Rejected] = [
+            *module.parse_hook(payload, capture_key, at, may_hold_private=may_hold_private(body))
+        ]
     except claude_hooks.HookPayloadError as e:
         return _reject(source, capture_key, str(e), body, agent)
     return observations, None

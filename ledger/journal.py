@@ -25,6 +25,7 @@ import fcntl
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,9 @@ CHUNK_RECORDS = 2000
 """Hook payloads per ``record`` call while draining a journal."""
 
 Recorder = Callable[[Sequence[Observation | Rejected]], RecordResult]
+Submitter = Callable[[Sequence[Observation | Rejected]], "Future[RecordResult]"]
+IN_FLIGHT = 2
+"""Chunks submitted ahead while the previous one is being recorded (parse overlaps commit)."""
 
 
 @dataclass(frozen=True)
@@ -115,12 +119,18 @@ class JournalIngester:
 
     Args:
         spool_dir: ``<data dir>/spool``.
-        record: e.g. ``GroupWriter.record`` or ``Ledger.record``.
+        record: e.g. ``Ledger.record`` (one chunk at a time), or
+        submit: e.g. ``GroupWriter.submit``: the next chunk is parsed while the previous
+            one is recorded (at most ``IN_FLIGHT`` chunks queued).
     """
 
-    def __init__(self, spool_dir: Path, record: Recorder) -> None:
+    def __init__(
+        self, spool_dir: Path, record: Recorder | None = None, *, submit: Submitter | None = None
+    ) -> None:
+        if (record is None) == (submit is None):
+            raise ValueError("give exactly one of record and submit")
         self.spool_dir = spool_dir
-        self.record = record
+        self.submit: Submitter = submit or (lambda items: _done(record(items)))  # type: ignore[misc]
         self.path = spool_dir / JOURNAL
 
     def pending(self) -> bool:
@@ -150,16 +160,27 @@ class JournalIngester:
                 data = f.read()
             chunk: list[Observation | Rejected] = []
             count = 0
+            flying: list[Future[RecordResult]] = []
             for entry in parse_journal(data):
                 chunk.extend(to_items(entry, aside.name))
                 count += 1
                 if count >= CHUNK_RECORDS:
-                    total.add(self.record(chunk))
+                    flying.append(self.submit(chunk))
                     chunk, count = [], 0
+                    while len(flying) >= IN_FLIGHT:
+                        total.add(flying.pop(0).result())
             if chunk:
-                total.add(self.record(chunk))
+                flying.append(self.submit(chunk))
+            for future in flying:
+                total.add(future.result())  # raises what recording raised: the file stays
             aside.unlink()
         return total
+
+
+def _done(result: RecordResult) -> Future[RecordResult]:
+    future: Future[RecordResult] = Future()
+    future.set_result(result)
+    return future
 
 
 def _mtime(path: Path) -> float:

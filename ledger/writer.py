@@ -166,12 +166,13 @@ class GroupWriter:
         return shares
 
     def _event_key(self, note: Notification) -> str | None:
-        """The stored event's idempotency key (plain JSON decode; the full mapper when
-        the store compresses or encrypts)."""
+        """The stored event's idempotency key: the JSON head of the stored state (a NUL
+        byte may separate a raw-record tail, which JSON text never contains), or the full
+        mapper when the store compresses or encrypts."""
         mapper = self.ledger.mapper
         try:
             if mapper.cipher is None and mapper.compressor is None:
-                value = mapper.transcoder.decode(note.state)
+                value = mapper.transcoder.decode(note.state.partition(b"\x00")[0])
                 key = value.get("event_key") if isinstance(value, dict) else None
             else:
                 key = getattr(mapper.to_domain_event(note), "event_key", None)
