@@ -75,8 +75,14 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     """Check: hooks installed, server reachable, spool empty. Exit 1 if any is not."""
     import urllib.request
 
-    from api.hook_fast import DEFAULT_URL
-    from api.hook_install import EVENTS, SettingsError, installed_events, load_settings, settings_path
+    from api.hook_install import (
+        EVENTS,
+        SettingsError,
+        installed_events,
+        load_settings,
+        settings_path,
+    )
+    from api.hot_path.hook_fast import DEFAULT_URL
     from ledger.journal import JOURNAL
 
     command = _command(ctx, None)

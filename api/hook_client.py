@@ -1,6 +1,6 @@
 """``hookledger hook <agent>``: the readable entry point of the hook client.
 
-Same logic as the hot path :mod:`api.hook_fast` (which ``install-hooks`` writes, run
+Same logic as the hot path :mod:`api.hot_path.hook_fast` (which ``install-hooks`` writes, run
 with ``python -S`` for speed): the payload on stdin is journalled (local server) or
 POSTed with ``<private>`` content removed (remote ``HOOKLEDGER_URL``), ``SessionStart``
 gets context from the server; always prints valid hook output and exits 0.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from api.hook_fast import handle, uuid7
+from api.hot_path.hook_fast import handle, uuid7
 
 __all__ = ["run", "uuid7"]
 

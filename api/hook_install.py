@@ -6,9 +6,9 @@ only for tool events). Events: every Claude Code hook event in FORMATS.md A1.
 
 The command written is the cheapest that captures a hook: the real interpreter
 (``os.path.realpath(sys.executable)``, never a version-manager shim) with ``-S`` and the
-absolute path of the standard-library hot path :mod:`api.hook_fast`, the data
-directory baked in. Entries are recognised as ours by that exact command, so other
-hooks are never touched.
+absolute path of the standard-library hot path's launcher ``api/hot_path/run.py``
+(:mod:`api.hot_path.hook_fast`, bytecode precompiled), the data directory baked in.
+Entries are recognised as ours by that exact command, so other hooks are never touched.
 
 * :func:`install` merges (other hooks kept), writes a backup
   ``settings.json.hookledger-<UTC time>.bak`` of the previous bytes (when there were
@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import api.hook_fast
+import api.hot_path
+
+HOT_PATH = Path(api.hot_path.__file__).resolve().parent
 
 EVENTS = (
     "SessionStart",
@@ -79,7 +81,7 @@ def hook_command(data_dir: Path, agent: str = "claude-code", url: str | None = N
     parts = [
         os.path.realpath(sys.executable),
         "-S",
-        str(Path(api.hook_fast.__file__).resolve()),
+        str(HOT_PATH / "run.py"),
         agent,
         str(data_dir.expanduser().resolve()),
     ]
@@ -130,22 +132,39 @@ def installed_events(value: dict[str, Any], command: str) -> list[str]:
     """Events whose hooks include ``command``."""
     hooks = value.get("hooks") if isinstance(value.get("hooks"), dict) else {}
     return [
-        event for event, groups in hooks.items()
-        if isinstance(groups, list) and any(
-            isinstance(g, dict) and isinstance(g.get("hooks"), list)
+        event
+        for event, groups in hooks.items()
+        if isinstance(groups, list)
+        and any(
+            isinstance(g, dict)
+            and isinstance(g.get("hooks"), list)
             and any(_ours(h, command) for h in g["hooks"])
             for g in groups
         )
     ]
 
 
+def precompile() -> bool:
+    """Write the hot path's bytecode cache (``__pycache__``) so hooks never compile it;
+    False when the directory is read-only (hooks then compile it on each call)."""
+    import py_compile
+
+    try:
+        py_compile.compile(str(HOT_PATH / "hook_fast.py"), doraise=True)
+    except (OSError, py_compile.PyCompileError):
+        return False
+    return True
+
+
 def install(path: Path, command: str) -> Change:
-    """Add ``command`` for every event in :data:`EVENTS` that lacks it.
+    """Add ``command`` for every event in :data:`EVENTS` that lacks it (and
+    :func:`precompile` the hot path).
 
     Raises:
         SettingsError: the file is not a JSON object (nothing written).
     """
     raw, value = load_settings(path)
+    precompile()
     have = set(installed_events(value, command))
     missing = [e for e in EVENTS if e not in have]
     if not missing:

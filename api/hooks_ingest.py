@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.bootstrap import Services
-from api.hook_fast import uuid7
+from api.hot_path.hook_fast import uuid7
 from ledger.ingest import HOOK_PARSERS, parse_hook_body
 from ledger.journal import JournalIngester
 from ledger.sources.claude_common import parse_time

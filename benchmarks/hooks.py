@@ -39,8 +39,8 @@ import httpx
 
 from api.app import create_app
 from api.bootstrap import build
-from api.hook_fast import record_bytes, uuid7
 from api.hook_install import hook_command
+from api.hot_path.hook_fast import record_bytes, uuid7
 from ledger.config import Settings
 from ledger.journal import JOURNAL, JournalIngester
 from ledger.writer import GroupWriter
@@ -48,10 +48,20 @@ from ledger.writer import GroupWriter
 ROOT = Path(__file__).resolve().parents[1]
 COORP = ROOT / "tests" / "fixtures" / "coorp-serverless-plugins-hook-logs"
 SESSION_DIR = COORP / "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
-TOOL_HOOKS = [*json.loads((SESSION_DIR / "pre_tool_use.json").read_bytes()),
-              *json.loads((SESSION_DIR / "post_tool_use.json").read_bytes())]
-POST_TOOL = json.loads((SESSION_DIR / "post_tool_use.json").read_bytes())[0]
-SESSION_START = json.loads((COORP / "session_start.json").read_bytes())[0]
+TOOL_HOOKS = [
+    *json.loads((SESSION_DIR / "pre_tool_use.json").read_bytes()),
+    *json.loads((SESSION_DIR / "post_tool_use.json").read_bytes()),
+]
+POST_TOOL = next(  # of the main session (a subagent's call belongs to its child session)
+    p
+    for p in json.loads((SESSION_DIR / "post_tool_use.json").read_bytes())
+    if not p.get("agent_id")
+)
+SESSION_START = {  # a new session in the PostToolUse payload's project: it gets context
+    **json.loads((COORP / "session_start.json").read_bytes())[0],
+    "session_id": "0b1e6c35-1d3c-4a53-9a8e-5a3c0b0c0de5",
+    "cwd": POST_TOOL["cwd"],
+}
 PROMPT = json.loads((COORP / "user_prompt_submit.json").read_bytes())[1]
 
 
@@ -83,8 +93,20 @@ class Serve:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "--data-dir", str(data), "serve", "--port", str(self.port)],
-            env=clean_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "api.cli",
+                "--data-dir",
+                str(data),
+                "serve",
+                "--port",
+                str(self.port),
+            ],
+            env=clean_env(),
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -111,8 +133,11 @@ def hot_path(data: Path, n: int) -> dict[str, float]:
     times: dict[str, list[float]] = {"floor": [], "PostToolUse": [], "SessionStart": []}
     try:
         for i in range(n + 10):
-            for name, argv, body in (("floor", floor_cmd, post), ("PostToolUse", command, post),
-                                     ("SessionStart", command, start)):
+            for name, argv, body in (
+                ("floor", floor_cmd, post),
+                ("PostToolUse", command, post),
+                ("SessionStart", command, start),
+            ):
                 t0 = time.perf_counter()
                 out = subprocess.run(argv, input=body, env=env, capture_output=True)
                 dt = (time.perf_counter() - t0) * 1000
@@ -145,7 +170,9 @@ def exit_to_visible(data: Path, n: int) -> dict[str, float]:
             for i in range(n + 5):
                 sid = str(uuid.uuid4())
                 body = json.dumps({**PROMPT, "session_id": sid, "prompt": f"visible {i}"}).encode()
-                subprocess.run(command, input=body, env=clean_env(), capture_output=True, check=True)
+                subprocess.run(
+                    command, input=body, env=clean_env(), capture_output=True, check=True
+                )
                 t0 = time.perf_counter()
                 while client.get(f"/v1/sessions/{sid}").status_code != 200:
                     if time.perf_counter() - t0 > 10:
@@ -155,15 +182,20 @@ def exit_to_visible(data: Path, n: int) -> dict[str, float]:
                     lat.append((time.perf_counter() - t0) * 1000)
     finally:
         srv.stop()
-    return {"visible_p50_ms": statistics.median(lat), "visible_p99_ms": pct(lat, 99),
-            "visible_max_ms": max(lat)}
+    return {
+        "visible_p50_ms": statistics.median(lat),
+        "visible_p99_ms": pct(lat, 99),
+        "visible_max_ms": max(lat),
+    }
 
 
 def count_tool_keys(services) -> int:  # type: ignore[no-untyped-def]
     keys = set()
     start = 0
     while True:
-        section = services.ledger.recorder.select_notifications(start, 5000, inclusive_of_start=False)
+        section = services.ledger.recorder.select_notifications(
+            start, 5000, inclusive_of_start=False
+        )
         if not section:
             return len(keys)
         for note in section:
@@ -193,22 +225,30 @@ def journal_ingest(tmp: Path, n: int) -> dict[str, float]:
         services.close()
     if keys != n or list(spool.iterdir()):
         raise RuntimeError(f"journal ingest lost records: {keys} tool events for {n} records")
-    return {"journal_events_per_s": result.appended / dt, "journal_records_per_s": n / dt,
-            "journal_records": n, "journal_tool_events": keys}
+    return {
+        "journal_events_per_s": result.appended / dt,
+        "journal_records_per_s": n / dt,
+        "journal_records": n,
+        "journal_tool_events": keys,
+    }
 
 
 async def _post_in_process(app, bodies: list[bytes], senders: int) -> float:  # type: ignore[no-untyped-def]
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=transport, base_url="http://app"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://app") as client,
+    ):
         queue = list(reversed(bodies))
 
         async def sender() -> None:
             while queue:
                 body = queue.pop()
-                r = await client.post("/v1/hooks/claude-code", content=body,
-                                      headers={"X-Hookledger-Capture-Key": uuid7()})
+                r = await client.post(
+                    "/v1/hooks/claude-code",
+                    content=body,
+                    headers={"X-Hookledger-Capture-Key": uuid7()},
+                )
                 if r.status_code != 202:
                     raise RuntimeError(r.text)
 
@@ -237,8 +277,11 @@ def post_ingest(tmp: Path, n: int, senders: int) -> dict[str, float]:
     def send(chunk: list[bytes]) -> None:
         with httpx.Client(base_url=srv.url, timeout=60) as client:
             for body in chunk:
-                r = client.post("/v1/hooks/claude-code", content=body,
-                                headers={"X-Hookledger-Capture-Key": uuid7()})
+                r = client.post(
+                    "/v1/hooks/claude-code",
+                    content=body,
+                    headers={"X-Hookledger-Capture-Key": uuid7()},
+                )
                 if r.status_code != 202:
                     errors.append(r.text)
 

@@ -1,6 +1,6 @@
 """Server side of the hook spool journal ``<data dir>/spool/hooks.journal``.
 
-Written by the hook hot path (``api/hook_fast.py``, which documents the framing:
+Written by the hook hot path (``api/hot_path/hook_fast.py``, which documents the framing:
 a header line ``HLJ1 <capture key> <captured at> <agent> <length>`` then the raw
 payload bytes and a newline). :meth:`JournalIngester.drain`:
 

@@ -2,7 +2,7 @@
 
 Payloads are the real hook logs in ``tests/fixtures/*hook-logs`` (Claude Code 2025-08
 and 2.1.170), written by the exact command ``install-hooks`` writes
-(``python -S /abs/api/hook_fast.py claude-code <data dir>``), while the server is down,
+(``python -S /abs/api/hot_path/run.py claude-code <data dir>``), while the server is down,
 while it is SIGKILLed mid-ingest and while it runs.
 """
 
@@ -21,16 +21,15 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import FIXTURES, Server
 
 from api.bootstrap import build
-from api.hook_fast import journal_append, record_bytes, uuid7
+from api.hot_path.hook_fast import journal_append, record_bytes, uuid7
 from ledger.config import Settings
 from ledger.journal import JOURNAL, JournalIngester
 from projections import queries
 
-from conftest import FIXTURES, Server
-
-HOOK_FAST = Path(__file__).resolve().parent.parent / "api" / "hook_fast.py"
+HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
 PYTHON = os.path.realpath(sys.executable)
 
 
@@ -44,12 +43,17 @@ def fixture_payloads() -> list[dict[str, Any]]:
     return out
 
 
-def run_hook(data_dir: Path, body: bytes, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def run_hook(
+    data_dir: Path, body: bytes, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """The command install-hooks writes, as Claude Code runs it."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
     return subprocess.run(
-        [PYTHON, "-S", str(HOOK_FAST), "claude-code", str(data_dir)],
-        input=body, capture_output=True, timeout=60, env={**base, **(env or {})},
+        [PYTHON, "-S", str(HOOK_RUN), "claude-code", str(data_dir)],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        env={**base, **(env or {})},
     )
 
 
@@ -94,12 +98,20 @@ def test_hot_path_imports_no_json_re_socket_urllib(tmp_path: Path) -> None:
     body = json.dumps(fixture_payloads()[0] | {"hook_event_name": "PostToolUse"}).encode()
     base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
     out = subprocess.run(
-        [PYTHON, "-S", "-X", "importtime", str(HOOK_FAST), "claude-code", str(tmp_path)],
-        input=body, capture_output=True, timeout=60, env=base, check=True,
+        [PYTHON, "-S", "-X", "importtime", str(HOOK_RUN), "claude-code", str(tmp_path)],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        env=base,
+        check=True,
     )
-    imported = {line.split("|")[-1].strip() for line in out.stderr.decode().splitlines() if "|" in line}
+    imported = {
+        line.split("|")[-1].strip() for line in out.stderr.decode().splitlines() if "|" in line
+    }
     assert imported, out.stderr
-    assert not imported & {"json", "re", "socket", "urllib", "urllib.request", "http.client"}, imported
+    assert not imported & {"json", "re", "socket", "urllib", "urllib.request", "http.client"}, (
+        imported
+    )
     assert out.stdout.strip() == b"{}"
     assert [h[3] for h in journal_headers(tmp_path / "spool" / JOURNAL)] == [b"claude-code"]
 
@@ -111,7 +123,9 @@ def test_hook_never_fails_its_agent(tmp_path: Path) -> None:
         out = run_hook(blocked, body)
         assert out.returncode == 0 and out.stdout.strip() == b"{}", out
     start = {"session_id": "s", "hook_event_name": "SessionStart", "cwd": "/x", "source": "startup"}
-    out = run_hook(blocked, json.dumps(start).encode(), env={"HOOKLEDGER_URL": "http://127.0.0.1:9"})
+    out = run_hook(
+        blocked, json.dumps(start).encode(), env={"HOOKLEDGER_URL": "http://127.0.0.1:9"}
+    )
     assert out.returncode == 0 and out.stdout.strip() == b"{}"
 
 
@@ -161,13 +175,15 @@ def test_payloads_written_while_server_is_down_are_ingested_once_and_trimmed(
 
 
 def _prompt(session: int, n: int) -> bytes:
-    return json.dumps({
-        "session_id": f"00000000-0000-4000-8000-{session:012d}",
-        "transcript_path": "/tmp/t.jsonl",
-        "cwd": "/work/bulk",
-        "hook_event_name": "UserPromptSubmit",
-        "prompt": f"bulk prompt {n}",
-    }).encode()
+    return json.dumps(
+        {
+            "session_id": f"00000000-0000-4000-8000-{session:012d}",
+            "transcript_path": "/tmp/t.jsonl",
+            "cwd": "/work/bulk",
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": f"bulk prompt {n}",
+        }
+    ).encode()
 
 
 @pytest.mark.slow
@@ -177,7 +193,10 @@ def test_sigkill_mid_ingest_loses_nothing_and_doubles_nothing(settings: Settings
     spool = settings.data_dir / "spool"
     bulk = 6000
     for n in range(bulk):  # the hot path's own framing and append, in-process for speed
-        journal_append(str(spool), record_bytes("claude-code", _prompt(n % 40, n), uuid7(), "2026-06-20T00:00:00.000Z"))
+        journal_append(
+            str(spool),
+            record_bytes("claude-code", _prompt(n % 40, n), uuid7(), "2026-06-20T00:00:00.000Z"),
+        )
 
     srv = Server(settings)
     srv.spawn()
@@ -190,7 +209,9 @@ def test_sigkill_mid_ingest_loses_nothing_and_doubles_nothing(settings: Settings
         srv.stop(kill=True)
         assert before_kill > 0
         leftovers = list(spool.glob(f"{JOURNAL}.*.aside"))
-        assert leftovers, "the kill came after the whole journal was ingested; the test proves nothing"
+        assert leftovers, (
+            "the kill came after the whole journal was ingested; the test proves nothing"
+        )
     finally:
         services.close()
         srv.stop(kill=True)
@@ -219,7 +240,9 @@ def test_many_concurrent_hook_processes_lose_nothing(settings: Settings, server:
     assert count == len(bodies)
     prompts = set()
     for n in range(5):
-        detail = httpx.get(f"{server.url}/v1/sessions/00000000-0000-4000-8000-{n:012d}", timeout=30).json()
+        detail = httpx.get(
+            f"{server.url}/v1/sessions/00000000-0000-4000-8000-{n:012d}", timeout=30
+        ).json()
         prompts |= {b["prompt"] for b in detail["batches"]}
     assert prompts == {f"bulk prompt {n}" for n in range(160)}
 
@@ -231,16 +254,25 @@ def test_session_start_gets_context_from_the_server(settings: Settings, server: 
             assert client.post("/v1/hooks/claude-code", json=p).status_code == 202
     cwd = payloads[0]["cwd"]
     asked = next(  # typed by a person (slash commands and task notifications are not batches)
-        p["prompt"] for p in payloads
+        p["prompt"]
+        for p in payloads
         if p["hook_event_name"] == "UserPromptSubmit" and p["prompt"][0] not in "/<"
     )
     edited = next(
-        p["tool_input"]["file_path"] for p in payloads
+        p["tool_input"]["file_path"]
+        for p in payloads
         if p["hook_event_name"] == "PostToolUse" and p["tool_name"] in ("Edit", "Write")
     )
-    start = {"session_id": "11111111-2222-4333-8444-555555555555", "transcript_path": "/tmp/x.jsonl",
-             "cwd": cwd, "hook_event_name": "SessionStart", "source": "startup"}
-    out = run_hook(settings.data_dir, json.dumps(start).encode(), env={"HOOKLEDGER_URL": server.url})
+    start = {
+        "session_id": "11111111-2222-4333-8444-555555555555",
+        "transcript_path": "/tmp/x.jsonl",
+        "cwd": cwd,
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+    }
+    out = run_hook(
+        settings.data_dir, json.dumps(start).encode(), env={"HOOKLEDGER_URL": server.url}
+    )
     assert out.returncode == 0
     answer = json.loads(out.stdout)
     context = answer["hookSpecificOutput"]["additionalContext"]
@@ -251,7 +283,10 @@ def test_session_start_gets_context_from_the_server(settings: Settings, server: 
     # The SessionStart payload itself is journalled and ingested too.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if httpx.get(f"{server.url}/v1/sessions/{start['session_id']}", timeout=30).status_code == 200:
+        if (
+            httpx.get(f"{server.url}/v1/sessions/{start['session_id']}", timeout=30).status_code
+            == 200
+        ):
             break
         time.sleep(0.05)
     else:
@@ -261,12 +296,18 @@ def test_session_start_gets_context_from_the_server(settings: Settings, server: 
 def test_malformed_journal_records_are_rejected_with_a_reason(settings: Settings) -> None:
     spool = settings.data_dir / "spool"
     good = _prompt(1, 1)
-    journal_append(str(spool), record_bytes("claude-code", good, uuid7(), "2026-06-20T00:00:00.000Z"))
+    journal_append(
+        str(spool), record_bytes("claude-code", good, uuid7(), "2026-06-20T00:00:00.000Z")
+    )
     with open(spool / JOURNAL, "ab") as f:
         f.write(b"this is not a record\n")
-        f.write(b"HLJ1 k 2026 claude-code 999\n{\"short\": 1}\n")
-    journal_append(str(spool), record_bytes("claude-code", _prompt(1, 2), uuid7(), "2026-06-20T00:00:00.000Z"))
-    journal_append(str(spool), record_bytes("claude-code", b"{not json", uuid7(), "2026-06-20T00:00:00.000Z"))
+        f.write(b'HLJ1 k 2026 claude-code 999\n{"short": 1}\n')
+    journal_append(
+        str(spool), record_bytes("claude-code", _prompt(1, 2), uuid7(), "2026-06-20T00:00:00.000Z")
+    )
+    journal_append(
+        str(spool), record_bytes("claude-code", b"{not json", uuid7(), "2026-06-20T00:00:00.000Z")
+    )
     services = build(settings)
     try:
         JournalIngester(spool, services.ledger.record).drain()
@@ -279,4 +320,3 @@ def test_malformed_journal_records_are_rejected_with_a_reason(settings: Settings
     # "this is not a record" (no header), the record whose body is shorter than its
     # header says, and the body that is not JSON.
     assert stats["rejected"] == 3
-

@@ -9,15 +9,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ledger.config import Settings
-
 from conftest import Server
+
+from ledger.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 # FORMATS.md A1: the hook events of Claude Code, written here independently.
 A1_EVENTS = {
-    "SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure",
-    "Notification", "Stop", "SubagentStop", "SubagentStart", "PreCompact", "SessionEnd",
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "Stop",
+    "SubagentStop",
+    "SubagentStart",
+    "PreCompact",
+    "SessionEnd",
     "PermissionRequest",
 }
 ORIGINAL = """{
@@ -33,13 +42,19 @@ ORIGINAL = """{
 """
 
 
-def hookledger(home: Path, data: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def hookledger(
+    home: Path, data: Path, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
     env["HOME"] = str(home)
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "api.cli", "--data-dir", str(data), *args],
-        env=env, cwd=cwd or home, capture_output=True, text=True, timeout=120,
+        env=env,
+        cwd=cwd or home,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -49,7 +64,7 @@ def ours(settings: dict, data: Path) -> dict[str, list[str]]:
     for event, groups in settings.get("hooks", {}).items():
         for g in groups:
             for h in g["hooks"]:
-                if "hook_fast.py" in h["command"] and str(data) in h["command"]:
+                if "hot_path/run.py" in h["command"] and str(data) in h["command"]:
                     out.setdefault(event, []).append(h["command"])
     return out
 
@@ -78,8 +93,11 @@ def test_install_merges_is_idempotent_and_uninstall_restores(tmp_path: Path) -> 
     assert command.split()[:2] == [os.path.realpath(sys.executable), "-S"]
     assert "shims" not in command
     ran = subprocess.run(
-        command, shell=True, input=b'{"session_id":"s","hook_event_name":"PostToolUse"}',
-        capture_output=True, timeout=60,
+        command,
+        shell=True,
+        input=b'{"session_id":"s","hook_event_name":"PostToolUse"}',
+        capture_output=True,
+        timeout=60,
     )
     assert ran.returncode == 0 and ran.stdout.strip() == b"{}"
     assert (data / "spool" / "hooks.journal").read_bytes().startswith(b"HLJ1 ")
@@ -105,13 +123,17 @@ def test_uninstall_after_user_edits_keeps_their_edits(tmp_path: Path) -> None:
     assert hookledger(home, data, "install-hooks", "claude-code").returncode == 0
     edited = json.loads(path.read_text())
     edited["theme"] = "dark"
-    edited["hooks"]["PostToolUse"].append({"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]})
+    edited["hooks"]["PostToolUse"].append(
+        {"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}
+    )
     path.write_text(json.dumps(edited))
     assert hookledger(home, data, "uninstall-hooks", "claude-code").returncode == 0
     after = json.loads(path.read_text())
     expected = json.loads(ORIGINAL)
     expected["theme"] = "dark"
-    expected["hooks"]["PostToolUse"] = [{"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}]
+    expected["hooks"]["PostToolUse"] = [
+        {"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}
+    ]
     assert after == expected
 
 
@@ -124,7 +146,9 @@ def test_project_scope_without_a_settings_file(tmp_path: Path) -> None:
     path = project / ".claude" / "settings.json"
     assert set(ours(json.loads(path.read_text()), data)) == A1_EVENTS
     assert not (home / ".claude").exists()
-    out = hookledger(home, data, "uninstall-hooks", "claude-code", "--scope", "project", cwd=project)
+    out = hookledger(
+        home, data, "uninstall-hooks", "claude-code", "--scope", "project", cwd=project
+    )
     assert out.returncode == 0, out.stderr
     assert not path.exists(), "there was no settings file before install"
 
@@ -151,9 +175,13 @@ def test_doctor_reports_hooks_server_and_spool(settings: Settings, tmp_path: Pat
     assert report["spool"]["empty"] is True
 
     assert hookledger(home, data, "install-hooks", "claude-code").returncode == 0
-    subprocess.run(ours(json.loads((home / ".claude" / "settings.json").read_text()), data)["Stop"][0],
-                   shell=True, input=b'{"session_id":"s","hook_event_name":"Stop"}', check=True,
-                   capture_output=True)
+    subprocess.run(
+        ours(json.loads((home / ".claude" / "settings.json").read_text()), data)["Stop"][0],
+        shell=True,
+        input=b'{"session_id":"s","hook_event_name":"Stop"}',
+        check=True,
+        capture_output=True,
+    )
     out = hookledger(home, data, "doctor", "--json", *env_url)
     report = json.loads(out.stdout)
     assert out.returncode == 1

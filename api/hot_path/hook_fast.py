@@ -1,7 +1,8 @@
 """The hook hot path: what an agent runs on every hook event. Standard library only.
 
-Run as ``python -S /abs/path/api/hook_fast.py <agent> <data dir>`` (what
-``hookledger install-hooks`` writes: no ``site``, no package imports). Reads one hook
+Run as ``python -S /abs/path/api/hot_path/run.py <agent> <data dir>`` (what
+``hookledger install-hooks`` writes: no ``site``, no package imports; ``run.py`` imports
+this module so its cached bytecode is used), or directly as a script. Reads one hook
 payload on stdin and, always printing valid hook output and exiting 0:
 
 * Privacy first, in both modes: a payload that may hold a ``<private>`` tag (the exact
@@ -316,7 +317,7 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
 
 
 def main(argv: list[str]) -> int:
-    """``hook_fast.py <agent> <data dir>``; always prints hook output, returns 0."""
+    """``run.py <agent> <data dir>``; always prints hook output, returns 0."""
     out = "{}"
     try:
         agent = argv[1] if len(argv) > 1 else "claude-code"
