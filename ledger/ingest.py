@@ -71,8 +71,10 @@ def parse_hook_body(
             reason = "not valid UTF-8 JSON"
         return _reject(source, capture_key, reason, body, agent)
     try:
+        # Claude Code payloads skip the privacy walk when the bytes cannot hold a tag.
+        extra = {"may_hold_private": may_hold_private(body)} if module is claude_hooks else {}
         observations: list[Observation | Rejected] = [
-            *module.parse_hook(payload, capture_key, at, may_hold_private=may_hold_private(body))
+            *module.parse_hook(payload, capture_key, at, **extra)
         ]
     except claude_hooks.HookPayloadError as e:
         return _reject(source, capture_key, str(e), body, agent)
