@@ -39,7 +39,7 @@ import httpx
 
 from api.app import create_app
 from api.bootstrap import build
-from api.hook_install import hook_command
+from api.hook_install import hook_command, precompile
 from api.hot_path.hook_fast import record_bytes, uuid7
 from ledger.config import Settings
 from ledger.journal import JOURNAL, JournalIngester
@@ -123,18 +123,27 @@ class Serve:
 
 
 def hot_path(data: Path, n: int) -> dict[str, float]:
+    precompile()  # as install-hooks does
     command = shlex.split(hook_command(data))
     floor_cmd = [command[0], "-S", "-c", "pass"]
+    append = (  # the floor plus what the hot path must do at least: one fsync'd append
+        "import os,fcntl,sys;fd=os.open(sys.argv[1],os.O_WRONLY|os.O_APPEND|os.O_CREAT);"
+        "fcntl.flock(fd,2);os.write(fd,sys.stdin.buffer.read());os.fdatasync(fd)"
+    )
+    append_cmd = [command[0], "-S", "-c", append, str(data / "append-floor.bin")]
     env = clean_env()
     srv = Serve(data)
     env["HOOKLEDGER_URL"] = srv.url
     post = json.dumps(POST_TOOL).encode()
     start = json.dumps(SESSION_START).encode()
-    times: dict[str, list[float]] = {"floor": [], "PostToolUse": [], "SessionStart": []}
+    times: dict[str, list[float]] = {
+        "floor": [], "append_floor": [], "PostToolUse": [], "SessionStart": []
+    }
     try:
         for i in range(n + 10):
             for name, argv, body in (
                 ("floor", floor_cmd, post),
+                ("append_floor", append_cmd, post),
                 ("PostToolUse", command, post),
                 ("SessionStart", command, start),
             ):

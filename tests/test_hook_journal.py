@@ -320,3 +320,37 @@ def test_malformed_journal_records_are_rejected_with_a_reason(settings: Settings
     # "this is not a record" (no header), the record whose body is shorter than its
     # header says, and the body that is not JSON.
     assert stats["rejected"] == 3
+
+
+SECRET = "SECRET-XYZ-123"
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        f"<private>{SECRET}</private>",
+        f"<PRIVATE >{SECRET}</Private>",
+        f"<private>{SECRET}",  # unclosed: everything after it goes
+        f"<private><private>x</private>{SECRET}</private>",
+        f"\\u003cprivate>{SECRET}\\u003c/private>",  # JSON escapes, decoded by the parser
+        f"<\\u0070rivate>{SECRET}</private>",
+    ],
+)
+def test_journal_never_holds_private_content(tmp_path: Path, spelled: str) -> None:
+    body = ('{"session_id":"s","hook_event_name":"UserPromptSubmit","prompt":"a ' + spelled + ' b"}')
+    out = run_hook(tmp_path, body.encode())
+    assert out.returncode == 0
+    journal = (tmp_path / "spool" / JOURNAL).read_bytes()
+    assert SECRET.encode() not in journal and b"[private]" in journal
+    assert json.loads(journal.split(b"\n", 1)[1].rsplit(b"\n", 1)[0])["prompt"].startswith("a ")
+
+
+def test_payload_without_a_tag_is_journalled_byte_for_byte(tmp_path: Path) -> None:
+    # macOS paths contain "private" but no tag; ANSI colours come as \u001b escapes.
+    body = json.dumps({"session_id": "s", "hook_event_name": "PostToolUse",
+                       "tool_response": {"stdout": "\u001b[31m/private/var/folders/x\u001b[0m"}})
+    assert "\\u001b" in body
+    out = run_hook(tmp_path, body.encode())
+    assert out.returncode == 0
+    journal = (tmp_path / "spool" / JOURNAL).read_bytes()
+    assert journal.split(b"\n", 1)[1] == body.encode() + b"\n"

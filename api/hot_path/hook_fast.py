@@ -5,9 +5,9 @@ Run as ``python -S /abs/path/api/hot_path/run.py <agent> <data dir>`` (what
 this module so its cached bytecode is used), or directly as a script. Reads one hook
 payload on stdin and, always printing valid hook output and exiting 0:
 
-* Privacy first, in both modes: a payload that may hold a ``<private>`` tag (the exact
-  pre-check of :func:`ledger.privacy.may_hold_private`) has those spans removed
-  (same rules as :mod:`ledger.privacy`) before it is written or sent anywhere.
+* Privacy first, in both modes: a payload that may hold an opening ``<private>`` tag
+  (:func:`may_hold_private`, exact) has those spans removed (same rules as
+  :mod:`ledger.privacy`) before it is written or sent anywhere.
 * Local server (``HOOKLEDGER_URL`` unset or loopback): appends the payload, whole, with
   a capture key (UUIDv7) and capture time, to the spool journal
   ``<data dir>/spool/hooks.journal`` and exits. No network, and no ``json``, ``re``,
@@ -42,6 +42,11 @@ MAX_CONTEXT_CHARS = 10_000
 CONTEXT_TIMEOUT_S = 2.0
 POST_TIMEOUT_S = 2.0
 PLACEHOLDER = "[private]"
+# \uXXXX escapes (lower-cased hex) that could spell part of an opening tag "<private".
+_TAG_ESCAPES = frozenset(
+    b"00" + c.encode() for c in ("3c", "70", "72", "69", "76", "61", "74", "65",
+                                 "50", "52", "49", "56", "41", "54", "45")
+)
 _SPACE = " \t\n\r\f\v"
 
 
@@ -195,6 +200,21 @@ def strip_private_text(text: str) -> tuple[str, int]:
     return "".join(out), removed
 
 
+def may_hold_private(body: bytes) -> bool:
+    """Exact pre-check on JSON bytes: False only when no string can decode to an
+    opening ``<private`` tag (a closing tag alone removes nothing). Unlike a search for
+    ``private``, macOS paths such as ``/private/var/...`` do not trigger the decode."""
+    lower = body.lower()
+    if b"<private" in lower:
+        return True
+    i = lower.find(b"\\u")
+    while i >= 0:
+        if lower[i + 2 : i + 6] in _TAG_ESCAPES:
+            return True
+        i = lower.find(b"\\u", i + 2)
+    return False
+
+
 def strip_private_body(body: bytes) -> bytes:
     """``body`` with private spans removed from every JSON string (keys and values);
     a body that is not JSON is scanned as text."""
@@ -307,7 +327,7 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
     at = now_iso()
     target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
     spool = data_dir + "/spool"
-    if b"\\u" in body or b"private" in body.lower():  # exact pre-check, see ledger.privacy
+    if may_hold_private(body):
         body = strip_private_body(body)
     if is_loopback(target) or not post_hook(target, agent, body, key, at):
         journal_append(spool, record_bytes(agent, body, key, at))
