@@ -337,7 +337,8 @@ SECRET = "SECRET-XYZ-123"
     ],
 )
 def test_journal_never_holds_private_content(tmp_path: Path, spelled: str) -> None:
-    body = ('{"session_id":"s","hook_event_name":"UserPromptSubmit","prompt":"a ' + spelled + ' b"}')
+    prefix = '{"session_id":"s","hook_event_name":"UserPromptSubmit","prompt":"a '
+    body = prefix + spelled + ' b"}'
     out = run_hook(tmp_path, body.encode())
     assert out.returncode == 0
     journal = (tmp_path / "spool" / JOURNAL).read_bytes()
