@@ -124,14 +124,15 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
 
     async def healthz(_request: Request) -> Response:
         status = await anyio.to_thread.run_sync(services.runner.status)
+        error = background.error or hooks.pump.error
         body: dict[str, Any] = {
-            "ok": background.error is None,
+            "ok": error is None,
             "head": status[0].head if status else 0,
             "projections": {s.name: {"position": s.position, "lag": s.lag} for s in status},
         }
-        if background.error is not None:
-            body["error"] = repr(background.error)
-        return JSONResponse(body, 200 if background.error is None else 503)
+        if error is not None:
+            body["error"] = repr(error)
+        return JSONResponse(body, 200 if error is None else 503)
 
     return Starlette(
         routes=[

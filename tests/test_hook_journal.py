@@ -293,6 +293,22 @@ def test_session_start_gets_context_from_the_server(settings: Settings, server: 
         pytest.fail("the SessionStart payload never reached the ledger")
 
 
+def test_session_start_without_server_prints_no_context_and_is_journalled(tmp_path: Path) -> None:
+    start = {
+        "session_id": "s1",
+        "cwd": "/x",
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+    }
+    t0 = time.monotonic()
+    out = run_hook(
+        tmp_path, json.dumps(start).encode(), env={"HOOKLEDGER_URL": "http://127.0.0.1:9"}
+    )
+    assert time.monotonic() - t0 < 10
+    assert out.returncode == 0 and out.stdout.strip() == b"{}"
+    assert len(journal_headers(tmp_path / "spool" / JOURNAL)) == 1
+
+
 def test_malformed_journal_records_are_rejected_with_a_reason(settings: Settings) -> None:
     spool = settings.data_dir / "spool"
     good = _prompt(1, 1)
@@ -348,8 +364,13 @@ def test_journal_never_holds_private_content(tmp_path: Path, spelled: str) -> No
 
 def test_payload_without_a_tag_is_journalled_byte_for_byte(tmp_path: Path) -> None:
     # macOS paths contain "private" but no tag; ANSI colours come as \u001b escapes.
-    body = json.dumps({"session_id": "s", "hook_event_name": "PostToolUse",
-                       "tool_response": {"stdout": "\u001b[31m/private/var/folders/x\u001b[0m"}})
+    body = json.dumps(
+        {
+            "session_id": "s",
+            "hook_event_name": "PostToolUse",
+            "tool_response": {"stdout": "\u001b[31m/private/var/folders/x\u001b[0m"},
+        }
+    )
     assert "\\u001b" in body
     out = run_hook(tmp_path, body.encode())
     assert out.returncode == 0

@@ -14,10 +14,11 @@ payload on stdin and, always printing valid hook output and exiting 0:
   ``socket`` or ``urllib`` import on this path. The server ingests the journal
   (:mod:`ledger.journal`).
 * ``SessionStart`` (the one hook that answers) also asks the server for context,
-  ``GET /v1/context?session_id=…&cwd=…`` with a 2 s timeout, and prints
+  ``GET /v1/context?format=hook&session_id=…&cwd=…`` (:mod:`http.client`, 2 s timeout),
+  and prints the answer as is: the server encodes
   ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``
-  (at most 10,000 characters); no context when the server does not answer. The
-  payload is journalled first either way.
+  (context at most 10,000 characters), so no JSON library is loaded unless a value holds
+  an escape. ``{}`` when the server does not answer. The payload is journalled first.
 * Remote server (``HOOKLEDGER_URL`` not loopback): the payload is POSTed to
   ``/v1/hooks/<agent>``; when unreachable (or a 5xx, 401, 403) it is journalled.
 
@@ -44,8 +45,24 @@ POST_TIMEOUT_S = 2.0
 PLACEHOLDER = "[private]"
 # \uXXXX escapes (lower-cased hex) that could spell part of an opening tag "<private".
 _TAG_ESCAPES = frozenset(
-    b"00" + c.encode() for c in ("3c", "70", "72", "69", "76", "61", "74", "65",
-                                 "50", "52", "49", "56", "41", "54", "45")
+    b"00" + c.encode()
+    for c in (
+        "3c",
+        "70",
+        "72",
+        "69",
+        "76",
+        "61",
+        "74",
+        "65",
+        "50",
+        "52",
+        "49",
+        "56",
+        "41",
+        "54",
+        "45",
+    )
 )
 _SPACE = " \t\n\r\f\v"
 
@@ -77,7 +94,12 @@ def record_bytes(agent: str, body: bytes, key: str, at: str) -> bytes:
     """One journal record (header line, body, newline)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent) or "_"
     return b"%s %s %s %s %d\n%s\n" % (
-        MAGIC, key.encode(), at.encode(), safe.encode(), len(body), body,
+        MAGIC,
+        key.encode(),
+        at.encode(),
+        safe.encode(),
+        len(body),
+        body,
     )
 
 
@@ -107,7 +129,7 @@ def journal_append(spool_dir: str, record: bytes) -> None:
             if same:
                 view = memoryview(record)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 os.fdatasync(fd)
                 return
         finally:
@@ -115,15 +137,16 @@ def journal_append(spool_dir: str, record: bytes) -> None:
     raise OSError("spool journal kept moving; record not written")
 
 
-def hook_event_name(body: bytes) -> str:
-    """The ``hook_event_name`` of a JSON payload, found without a JSON parser.
+def string_field(body: bytes, name: str) -> str | None:
+    """The first string value of key ``name`` in JSON bytes, found without a parser.
 
-    The exact bytes ``"hook_event_name"`` followed by ``:`` occur only as the key
-    (inside a JSON string the quotes would be escaped). Returns "" when not found.
-    """
-    i = body.find(b'"hook_event_name"')
+    The exact bytes ``"name"`` followed by ``:`` occur only as a key (inside a JSON
+    string the quotes would be escaped). Returns None when absent, not a string, or
+    holding an escape (then ask a JSON parser)."""
+    key = b'"' + name.encode() + b'"'
+    i = body.find(key)
     while i >= 0:
-        j = i + 17
+        j = i + len(key)
         while j < len(body) and body[j] in b" \t\r\n":
             j += 1
         if j < len(body) and body[j] == 58:  # ':'
@@ -132,11 +155,17 @@ def hook_event_name(body: bytes) -> str:
                 j += 1
             if j < len(body) and body[j] == 34:  # '"'
                 end = body.find(b'"', j + 1)
-                if end > 0:
-                    return body[j + 1 : end].decode("ascii", "replace")
-            return ""
-        i = body.find(b'"hook_event_name"', i + 1)
-    return ""
+                value = body[j + 1 : end] if end > 0 else b"\\"
+                if b"\\" not in value:
+                    return value.decode("utf-8", "replace")
+            return None
+        i = body.find(key, i + 1)
+    return None
+
+
+def hook_event_name(body: bytes) -> str:
+    """The payload's ``hook_event_name`` ("" when not found)."""
+    return string_field(body, "hook_event_name") or ""
 
 
 def is_loopback(url: str) -> bool:
@@ -255,62 +284,76 @@ def _headers() -> dict[str, str]:
     return {"Authorization": "Bearer " + token} if token else {}
 
 
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/")
+
+
+def quote(text: str) -> str:
+    """Percent-encode ``text`` (UTF-8) for a URL query value."""
+    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in text.encode("utf-8"))
+
+
+def http(
+    method: str, url: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
+) -> tuple[int, bytes]:
+    """One HTTP request with :mod:`http.client` (lighter than urllib.request)."""
+    import http.client
+
+    scheme, _, rest = url.partition("://")
+    hostport, _, base = rest.partition("/")
+    cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+    conn = cls(hostport, timeout=timeout)
+    try:
+        conn.request(
+            method,
+            ("/" + base if base else "") + path,
+            body=body,
+            headers={**headers, **_headers()},
+        )
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
 def post_hook(url: str, agent: str, body: bytes, key: str, at: str) -> bool:
     """POST one payload; True when the server took it (2xx/4xx: 4xx bodies are kept
     by the server as rejected input), False when it should be journalled."""
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    req = urllib.request.Request(
-        url + "/v1/hooks/" + urllib.parse.quote(agent, safe=""),
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "X-Hookledger-Capture-Key": key,
-            "X-Hookledger-Captured-At": at,
-            **_headers(),
-        },
-    )
     try:
-        with urllib.request.urlopen(req, timeout=POST_TIMEOUT_S) as resp:
-            resp.read()
-        return True
-    except urllib.error.HTTPError as e:
-        return e.code < 500 and e.code not in (401, 403)
+        status, _ = http(
+            "POST",
+            url,
+            "/v1/hooks/" + quote(agent),
+            body,
+            {
+                "Content-Type": "application/json",
+                "X-Hookledger-Capture-Key": key,
+                "X-Hookledger-Captured-At": at,
+            },
+            POST_TIMEOUT_S,
+        )
     except Exception:
         return False
+    return status < 500 and status not in (401, 403)
 
 
-def fetch_context(url: str, body: bytes) -> str:
-    """Markdown context for a ``SessionStart`` payload; "" on any failure."""
-    import json
-    import urllib.parse
-    import urllib.request
-
+def session_start_output(url: str, body: bytes) -> str:
+    """The hook output for a ``SessionStart`` payload: the server encodes it
+    (``GET /v1/context?…&format=hook``, context at most 10,000 characters); ``{}``
+    on any failure."""
     try:
-        payload = json.loads(body)
-        query = urllib.parse.urlencode(
-            {k: str(payload.get(k) or "") for k in ("session_id", "cwd")}
-        )
-        req = urllib.request.Request(url + "/v1/context?" + query, headers=_headers())
-        with urllib.request.urlopen(req, timeout=CONTEXT_TIMEOUT_S) as resp:
-            answer = json.loads(resp.read())
-        text = answer.get("markdown") if isinstance(answer, dict) else None
-        return text[:MAX_CONTEXT_CHARS] if isinstance(text, str) else ""
+        sid, cwd = string_field(body, "session_id"), string_field(body, "cwd")
+        if sid is None or cwd is None:  # escapes in the values: decode properly
+            import json
+
+            payload = json.loads(body)
+            sid, cwd = str(payload.get("session_id") or ""), str(payload.get("cwd") or "")
+        path = f"/v1/context?format=hook&session_id={quote(sid)}&cwd={quote(cwd)}"
+        status, answer = http("GET", url, path, None, {}, CONTEXT_TIMEOUT_S)
+        if status == 200 and answer.startswith(b"{") and len(answer) < 8 * MAX_CONTEXT_CHARS:
+            return answer.decode("utf-8")
     except Exception:
-        return ""
-
-
-def session_start_output(context: str) -> str:
-    import json
-
-    if not context:
-        return "{}"
-    return json.dumps(
-        {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}
-    )
+        pass
+    return "{}"
 
 
 # -- the hook ------------------------------------------------------------------------
@@ -332,7 +375,7 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
     if is_loopback(target) or not post_hook(target, agent, body, key, at):
         journal_append(spool, record_bytes(agent, body, key, at))
     if hook_event_name(body) == "SessionStart":
-        return session_start_output(fetch_context(target, body))
+        return session_start_output(target, body)
     return "{}"
 
 
