@@ -67,9 +67,16 @@ class JournalPump:
         self.thread.start()
 
     def stop(self) -> None:
+        """Stop the thread, then drain once more: a hook that wrote just before the
+        server was asked to stop is ingested now, not at the next start."""
         self.stop_event.set()
         if self.thread.is_alive():
             self.thread.join()
+        try:
+            if self.ingester.pending():
+                self.ingester.drain()
+        except Exception:
+            log.exception("journal ingest at shutdown failed; the next start retries")
 
 
 class HookIngest:
