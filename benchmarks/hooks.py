@@ -11,7 +11,7 @@
 3. Journal ingest: N distinct tool-call payloads (Pre/Post of the coorp fixture, ids
    suffixed per pass, spread over 16 sessions) framed by the hot path's own
    ``record_bytes`` into one journal; timed: ``JournalIngester.drain()`` through a
-   ``GroupWriter`` into a fresh SQLite store. Zero loss: the distinct tool-call event
+   ``GroupWriter`` into a fresh SQLite store (aggregate cache 256, as ``serve``). Zero loss: the distinct tool-call event
    keys in the log equal N.
 4. POST ingest: the same kind of payloads sent by 8 concurrent senders (asyncio tasks)
    to the app in-process (``httpx.ASGITransport``, lifespan running), and, for
@@ -137,7 +137,10 @@ def hot_path(data: Path, n: int) -> dict[str, float]:
     post = json.dumps(POST_TOOL).encode()
     start = json.dumps(SESSION_START).encode()
     times: dict[str, list[float]] = {
-        "floor": [], "append_floor": [], "PostToolUse": [], "SessionStart": []
+        "floor": [],
+        "append_floor": [],
+        "PostToolUse": [],
+        "SessionStart": [],
     }
     try:
         for i in range(n + 10):
@@ -221,7 +224,7 @@ def journal_ingest(tmp: Path, n: int) -> dict[str, float]:
     with open(spool / JOURNAL, "wb") as f:
         for body in tool_bodies(n):
             f.write(record_bytes("claude-code", body, uuid7(), "2026-06-20T00:00:00.000Z"))
-    services = build(Settings(data))
+    services = build(Settings(data), cache_size=256)  # as `hookledger serve` builds them
     writer = GroupWriter(services.ledger)
     writer.start()
     try:
@@ -234,12 +237,39 @@ def journal_ingest(tmp: Path, n: int) -> dict[str, float]:
         services.close()
     if keys != n or list(spool.iterdir()):
         raise RuntimeError(f"journal ingest lost records: {keys} tool events for {n} records")
-    return {
+    out = {
         "journal_events_per_s": result.appended / dt,
         "journal_records_per_s": n / dt,
         "journal_records": n,
         "journal_tool_events": keys,
     }
+
+    # The same through a running server: the journal is renamed into its spool; timed
+    # until the pump has recorded and trimmed it (projections catch up meanwhile).
+    data = tmp / "journal-server"
+    srv = Serve(data)
+    staged = data / "staged.journal"
+    with open(staged, "wb") as f:
+        for body in tool_bodies(n):
+            f.write(record_bytes("claude-code", body, uuid7(), "2026-06-20T00:00:00.000Z"))
+    (data / "spool").mkdir(exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        os.rename(staged, data / "spool" / JOURNAL)
+        while any((data / "spool").iterdir()):
+            time.sleep(0.005)
+        dt = time.perf_counter() - t0
+    finally:
+        srv.stop()
+    services = build(Settings(data))
+    try:
+        keys = count_tool_keys(services)
+    finally:
+        services.close()
+    if keys != n:
+        raise RuntimeError(f"journal via server lost records: {keys} for {n}")
+    out["journal_server_records_per_s"] = n / dt
+    return out
 
 
 async def _post_in_process(app, bodies: list[bytes], senders: int) -> float:  # type: ignore[no-untyped-def]
