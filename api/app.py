@@ -23,25 +23,25 @@ import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api import context as context_api
 from api import stream, viewer
+from api.access import TokenMiddleware
 from api.bootstrap import Services
 from api.commands import routes as command_routes
-from api.plans import routes as plan_routes
-from api.hook_client import uuid7
+from api.hooks_ingest import HookIngest
 from api.jobs import run_jobs
+from api.plans import routes as plan_routes
 from ledger.envelope import raw_record
-from ledger.ingest import HOOK_PARSERS, ingest_hook
-from ledger.sources.claude_common import parse_time
 from ledger.spool import drain
 from projections import queries
 
@@ -78,37 +78,26 @@ class Background:
             self.wake.clear()
 
 
-def create_app(services: Services) -> Starlette:
-    """Build the ASGI app around already-built services (see :mod:`api.bootstrap`)."""
+def create_app(services: Services, token: str | None = None) -> Starlette:
+    """Build the ASGI app around already-built services (see :mod:`api.bootstrap`).
+
+    ``token``: when set, requests need it (:class:`api.access.TokenMiddleware`)."""
     background = Background(services)
+    hooks = HookIngest(services)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(lambda: drain(services.ledger, services.settings.data_dir / "spool"))
         background.thread.start()
+        await anyio.to_thread.run_sync(hooks.start)
         try:
             async with stream.broadcasting(app, services):
                 yield
         finally:
+            hooks.stop()
             background.stop.set()
             background.wake.set()
             await anyio.to_thread.run_sync(background.thread.join)
-
-    async def post_hook(request: Request) -> Response:
-        agent = request.path_params["agent"]
-        body = await request.body()
-        key = request.headers.get("x-hookledger-capture-key") or uuid7()
-        at = parse_time(request.headers.get("x-hookledger-captured-at")) or datetime.now(UTC)
-        outcome = await anyio.to_thread.run_sync(lambda: ingest_hook(services.ledger, agent, body, key, at))
-        r = outcome.result
-        if outcome.error is not None:
-            status = 404 if agent not in HOOK_PARSERS else 400
-            return JSONResponse({"error": outcome.error, "rejected": True, "positions": r.positions}, status)
-        return JSONResponse(
-            {"appended": r.appended, "duplicates": r.duplicates, "positions": r.positions,
-             "sessions": [str(s) for s in r.sessions]},
-            202,
-        )
 
     async def current() -> None:
         await anyio.to_thread.run_sync(services.runner.catch_up)
@@ -150,18 +139,20 @@ def create_app(services: Services) -> Starlette:
 
     async def healthz(_request: Request) -> Response:
         status = await anyio.to_thread.run_sync(services.runner.status)
+        error = background.error or hooks.pump.error
         body: dict[str, Any] = {
-            "ok": background.error is None,
+            "ok": error is None,
             "head": status[0].head if status else 0,
             "projections": {s.name: {"position": s.position, "lag": s.lag} for s in status},
         }
-        if background.error is not None:
-            body["error"] = repr(background.error)
-        return JSONResponse(body, 200 if background.error is None else 503)
+        if error is not None:
+            body["error"] = repr(error)
+        return JSONResponse(body, 200 if error is None else 503)
 
     return Starlette(
         routes=[
-            Route("/v1/hooks/{agent}", post_hook, methods=["POST"]),
+            *hooks.routes(),
+            *context_api.routes(services, current),
             Route("/v1/sessions", list_sessions),
             Route("/v1/sessions/{id}", get_session),
             Route("/v1/sessions/{id}/events", session_events),
@@ -172,6 +163,7 @@ def create_app(services: Services) -> Starlette:
             *viewer.routes(),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(TokenMiddleware, token=token)] if token else [],
     )
 
 

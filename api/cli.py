@@ -201,17 +201,27 @@ def projections_rebuild(ctx: click.Context, names: tuple[str, ...]) -> None:
 @click.option("--port", default=8765, show_default=True, type=int)
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Run the HTTP service (single writer of the store)."""
+    """Run the HTTP service (single writer of the store).
+
+    Binds 127.0.0.1 by default; any other address needs HOOKLEDGER_TOKEN, which every
+    request then has to carry (see api/access.py)."""
+    import os
+
     import uvicorn
 
+    from api.access import TOKEN_ENV, bind_error
     from api.app import create_app
     from api.bootstrap import build
 
+    token = os.environ.get(TOKEN_ENV) or None
+    refusal = bind_error(host, token)
+    if refusal:
+        raise click.ClickException(refusal)
     settings = ctx.obj["settings"]
     services = build(settings, cache_size=256)
     click.echo(f"hookledger serving {settings.data_dir} on http://{host}:{port}", err=True)
     try:
-        uvicorn.run(create_app(services), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(services, token=token), host=host, port=port, log_level="warning")
     finally:
         services.close()
 
@@ -243,6 +253,11 @@ main.add_command(_session)
 from api.cli_run import run_cmd  # noqa: E402  (agents: hookledger run)
 
 main.add_command(run_cmd)
+from api.cli_hooks import doctor, install_hooks, uninstall_hooks  # noqa: E402
+
+main.add_command(install_hooks)
+main.add_command(uninstall_hooks)
+main.add_command(doctor)
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,4 @@
-"""Hook ingestion semantics, shared by ``POST /v1/hooks/{agent}`` and the spool.
+"""Hook ingestion semantics, shared by ``POST /v1/hooks/{agent}`` and the spool journal.
 
 A body that cannot be parsed or attributed is recorded as rejected input (with the
 reason) and reported as such; it is never dropped and never raises.
@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 import orjson
 
 from ledger.app import Ledger, RecordResult
-from ledger.observation import Rejected
+from ledger.observation import Observation, Rejected
+from ledger.privacy import may_hold_private
 from ledger.sources import claude_hooks, codex_hooks, cursor_hooks, gemini_hooks, openclaw_hooks
 
 HOOK_PARSERS = {
@@ -43,21 +44,38 @@ def ingest_hook(
     captured_at: datetime | None = None,
     edge_redactions: list[dict] | None = None,
 ) -> IngestOutcome:
-    """Parse and record one hook body. ``error`` is set when the body was rejected.
+    """Parse and record one hook body. ``error`` is set when the body was rejected
+    (see :func:`parse_hook_body`)."""
+    items, error = parse_hook_body(agent, body, capture_key, captured_at, edge_redactions)
+    return IngestOutcome(ledger.record(items), error)
+
+
+def parse_hook_body(
+    agent: str,
+    body: bytes,
+    capture_key: str,
+    captured_at: datetime | None = None,
+    edge_redactions: list[dict] | None = None,
+) -> tuple[list[Observation | Rejected], str | None]:
+    """Parse one hook body into what :meth:`Ledger.record` takes, without recording.
 
     ``edge_redactions``: redactions the hook client already applied to ``body`` before
-    spooling it (``{kind, path, count}``); they are recorded with the first fact (or the
-    rejected input), so a redaction made at the edge is in the log too."""
+    spooling it (``{kind, path, count}``); they travel with the first fact (or the
+    rejected input), so a redaction made at the edge is in the log too.
+
+    Returns (items, error): a body that cannot be parsed gives one :class:`Rejected`
+    item and the reason in ``error``. Never raises on bad input.
+    """
     edge = tuple(edge_redactions or ())
     module = HOOK_PARSERS.get(agent)
     source = f"hook:{agent}"
     at = captured_at or datetime.now(UTC)
     if module is None:
         reason = f"unknown agent {agent!r} (known: {', '.join(sorted(HOOK_PARSERS))})"
-        return _reject(ledger, source, capture_key, reason, body, agent, edge)
+        return _reject(source, capture_key, reason, body, agent, edge)
     if len(body) > MAX_BODY_BYTES:
         reason = f"body larger than {MAX_BODY_BYTES} bytes"
-        return _reject(ledger, source, capture_key, reason, body, agent, edge)
+        return _reject(source, capture_key, reason, body, agent, edge)
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -66,18 +84,23 @@ def ingest_hook(
             body.decode("utf-8")
         except UnicodeDecodeError:
             reason = "not valid UTF-8 JSON"
-        return _reject(ledger, source, capture_key, reason, body, agent, edge)
+        return _reject(source, capture_key, reason, body, agent, edge)
     try:
-        observations = module.parse_hook(payload, capture_key, at)
+        # Claude Code payloads skip the privacy walk when the bytes cannot hold anything
+        # to redact (the pre-check is exact).
+        extra = {"may_hold_private": bool(may_hold_private(body))} if module is claude_hooks else {}
+        observations: list[Observation | Rejected] = [
+            *module.parse_hook(payload, capture_key, at, **extra)
+        ]
     except claude_hooks.HookPayloadError as e:
-        return _reject(ledger, source, capture_key, str(e), body, agent, edge)
-    if edge and observations:
+        return _reject(source, capture_key, str(e), body, agent, edge)
+    if edge and observations and isinstance(observations[0], Observation):
         observations[0].redactions = (*edge, *observations[0].redactions)
-    return IngestOutcome(ledger.record(observations))
+    return observations, None
 
 
 def _reject(
-    ledger: Ledger, source: str, key: str, reason: str, body: bytes, agent: str, edge: tuple = ()
-) -> IngestOutcome:
+    source: str, key: str, reason: str, body: bytes, agent: str, edge: tuple[dict, ...] = ()
+) -> tuple[list[Observation | Rejected], str]:
     rejected = Rejected(source, f"capture {key}", reason, body, agent, f"{agent}.hook", edge)
-    return IngestOutcome(ledger.record([rejected]), error=reason)
+    return [rejected], reason

@@ -113,19 +113,27 @@ def free_port() -> int:
 class Server:
     """A real ``hookledger serve`` process on a free loopback port."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, env: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
         self.settings = settings
         self.port = free_port()
+        self.host = host
         self.url = f"http://127.0.0.1:{self.port}"
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> Server:
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start the process without waiting for it to become healthy."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port)],
-            env=settings_env(self.settings),
+            [sys.executable, "-m", "api.cli", "serve", "--host", self.host, "--port", str(self.port)],
+            env={**settings_env(self.settings), **self.env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+        return self.proc
+
+    def start(self) -> Server:
+        self.spawn()
+        assert self.proc is not None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

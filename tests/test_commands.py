@@ -172,13 +172,13 @@ def test_cli_session_commands(settings: Settings) -> None:
         "claude-code",
         stdin=json.dumps(body).encode(),
         extra_env={"HOOKLEDGER_URL": "http://127.0.0.1:9"},
-    )  # spooled, then drained below
+    )  # journalled (no server runs), then ingested below
     from api.bootstrap import build
-    from ledger.spool import drain
+    from ledger.journal import JournalIngester
 
     services = build(settings)
     try:
-        drain(services.ledger, settings.data_dir / "spool")
+        JournalIngester(settings.data_dir / "spool", services.ledger.record).drain()
     finally:
         services.close()
     sid = str(session_id("claude-code", "cli-session"))

@@ -86,13 +86,13 @@ def test_hook_client_spools_when_server_is_down_and_server_ingests_once(settings
     for _ in range(3):
         out = cli(settings, "hook", "claude-code", stdin=payload, check=False, extra_env={"HOOKLEDGER_URL": env_url})
         assert out.returncode == 0 and json.loads(out.stdout) == {}
-    spool = settings.data_dir / "spool" / "claude-code.jsonl"
-    assert len(spool.read_bytes().splitlines()) == 3
+    spool = settings.data_dir / "spool" / "hooks.journal"
+    assert [line[:5] for line in spool.read_bytes().splitlines()].count(b"HLJ1 ") == 3
     srv = Server(settings).start()
     srv.stop()
     srv = Server(settings).start()  # a second start must not ingest anything twice
     srv.stop()
-    assert not list((settings.data_dir / "spool").glob("*.jsonl*"))
+    assert not list((settings.data_dir / "spool").iterdir()), "the journal is trimmed"
     stats = _stats(settings)
     # Three separate hook calls (three capture keys): the same prompt typed three times.
     assert stats["prompts"] == 3

@@ -129,7 +129,7 @@ def test_disguised_private_tags_in_transcripts_are_stripped(
 def test_hook_spool_holds_no_private_content(tmp_path: Path) -> None:
     nobody_listening = f"http://127.0.0.1:{free_port()}"
     run("claude-code", str(tmp_path), url=nobody_listening, stdin=json.dumps(PROMPT_HOOK).encode())
-    spooled = list((tmp_path / "spool").glob("*.jsonl"))
+    spooled = list((tmp_path / "spool").iterdir())
     assert spooled, "nothing was spooled"
     assert all(SECRET.encode() not in p.read_bytes() for p in spooled)
 

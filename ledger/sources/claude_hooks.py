@@ -72,13 +72,17 @@ class HookPayloadError(ValueError):
     """The payload cannot be attributed to a session (not an object, no session_id, …)."""
 
 
-def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
+def parse_hook(
+    payload: Any, capture_key: str, captured_at: datetime, *, may_hold_private: bool = True
+) -> list[Observation]:
     """Turn one hook payload into observations.
 
     Args:
         payload: the decoded stdin JSON of the hook call.
         capture_key: idempotency key assigned once at capture (kept through retries).
         captured_at: capture time (the hook's ``occurred_at``; payloads carry no clock).
+        may_hold_private: False only when the raw body passed
+            :func:`ledger.privacy.may_hold_private` as False (skips the string walk).
 
     Raises:
         HookPayloadError: not a JSON object, or ``session_id``/``hook_event_name``
@@ -92,7 +96,7 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
         raise HookPayloadError("hook payload has no session_id")
     if not isinstance(name, str) or not name:
         raise HookPayloadError("hook payload has no hook_event_name")
-    payload, redactions = strip_private(payload)
+    payload, redactions = strip_private(payload) if may_hold_private else (payload, [])
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
     agent_id = payload.get("agent_id")
     agent_type = payload.get("agent_type") if isinstance(payload.get("agent_type"), str) else None

@@ -1,0 +1,127 @@
+"""Hook ingestion in the server: ``POST /v1/hooks/{agent}`` and the spool journal pump.
+
+Both paths parse in their own thread/task and record through one
+:class:`ledger.writer.GroupWriter` (group commit), so many concurrent hooks share one
+``Ledger.record`` call.
+
+* ``POST /v1/hooks/{agent}`` — one hook payload. 202 ``{"appended", "duplicates",
+  "positions", "sessions"}`` (this request's share of its group); 400/404
+  ``{"error", "rejected", "positions"}`` when it cannot be parsed (the body is still
+  recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency key
+  assigned once by the hook client) and ``X-Hookledger-Captured-At``.
+* :class:`JournalPump` — a thread that checks ``<data dir>/spool/hooks.journal`` every
+  ``JOURNAL_POLL_S`` (20 ms) and drains it (:mod:`ledger.journal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from datetime import UTC, datetime
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.bootstrap import Services
+from api.hot_path.hook_fast import uuid7
+from ledger.ingest import HOOK_PARSERS, parse_hook_body
+from ledger.journal import JournalIngester
+from ledger.sources.claude_common import parse_time
+from ledger.writer import GroupWriter
+
+JOURNAL_POLL_S = 0.02
+INLINE_PARSE_BYTES = 64 * 1024
+"""Bodies up to this size are parsed on the event loop (cheaper than a thread hop)."""
+
+log = logging.getLogger(__name__)
+
+
+class JournalPump:
+    """Drains the spool journal continuously in one thread (errors are kept in
+    ``error`` and retried on the next tick; the journal file keeps the records)."""
+
+    def __init__(self, services: Services, writer: GroupWriter) -> None:
+        self.ingester = JournalIngester(
+            services.settings.data_dir / "spool", submit=writer.submit
+        )
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="hookledger-journal", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                if self.ingester.pending():
+                    self.ingester.drain()
+                self.error = None
+            except Exception as e:
+                if self.error is None:
+                    log.exception("journal ingest failed; retrying")
+                self.error = e
+            self.stop_event.wait(JOURNAL_POLL_S)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, then drain once more: a hook that wrote just before the
+        server was asked to stop is ingested now, not at the next start."""
+        self.stop_event.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        try:
+            if self.ingester.pending():
+                self.ingester.drain()
+        except Exception:
+            log.exception("journal ingest at shutdown failed; the next start retries")
+
+
+class HookIngest:
+    """The group writer, the journal pump and the POST route of one app."""
+
+    def __init__(self, services: Services) -> None:
+        self.writer = GroupWriter(services.ledger)
+        self.pump = JournalPump(services, self.writer)
+
+    def start(self) -> None:
+        """Start the writer, ingest what was journalled while the server was down
+        (errors are left to the pump's retries), then start the pump."""
+        self.writer.start()
+        try:
+            self.pump.ingester.drain()
+        except Exception:
+            log.exception("journal ingest at start failed; the pump retries")
+        self.pump.start()
+
+    def stop(self) -> None:
+        self.pump.stop()
+        self.writer.close()
+
+    def routes(self) -> list[Route]:
+        return [Route("/v1/hooks/{agent}", self.post_hook, methods=["POST"])]
+
+    async def post_hook(self, request: Request) -> Response:
+        agent = request.path_params["agent"]
+        body = await request.body()
+        key = request.headers.get("x-hookledger-capture-key") or uuid7()
+        at = parse_time(request.headers.get("x-hookledger-captured-at")) or datetime.now(UTC)
+        if len(body) <= INLINE_PARSE_BYTES:
+            items, error = parse_hook_body(agent, body, key, at)
+        else:
+            items, error = await anyio.to_thread.run_sync(
+                lambda: parse_hook_body(agent, body, key, at)
+            )
+        r = await asyncio.wrap_future(self.writer.submit(items))
+        if error is not None:
+            status = 404 if agent not in HOOK_PARSERS else 400
+            return JSONResponse(
+                {"error": error, "rejected": True, "positions": r.positions}, status
+            )
+        return JSONResponse(
+            {"appended": r.appended, "duplicates": r.duplicates, "positions": r.positions,
+             "sessions": [str(s) for s in r.sessions]},
+            202,
+        )

@@ -1,0 +1,497 @@
+"""The hook hot path: what an agent runs on every hook event. Standard library only.
+
+Run as ``python -S /abs/path/api/hot_path/run.py <agent> <data dir>`` (what
+``hookledger install-hooks`` writes: no ``site``, no package imports; ``run.py`` imports
+this module so its cached bytecode is used), or directly as a script. Reads one hook
+payload on stdin and, always printing valid hook output and exiting 0:
+
+* Privacy first, in both modes: a payload that may hold an opening ``<private>`` tag
+  (:func:`may_hold_private`, exact) has those spans removed (same rules as
+  :mod:`ledger.privacy`) before it is written or sent anywhere.
+* Local server (``HOOKLEDGER_URL`` unset or loopback): appends the payload, whole, with
+  a capture key (UUIDv7) and capture time, to the spool journal
+  ``<data dir>/spool/hooks.journal`` and exits. No network, and no ``json``, ``re``,
+  ``socket`` or ``urllib`` import on this path. The server ingests the journal
+  (:mod:`ledger.journal`).
+* ``SessionStart`` (the one hook that answers) also asks the server for context,
+  ``GET /v1/context?format=hook&session_id=…&cwd=…`` (:mod:`http.client`, 2 s timeout),
+  and prints the answer as is: the server encodes
+  ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``
+  (context at most 10,000 characters), so no JSON library is loaded unless a value holds
+  an escape. ``{}`` when the server does not answer. The payload is journalled first.
+* Remote server (``HOOKLEDGER_URL`` not loopback): the payload is POSTed to
+  ``/v1/hooks/<agent>``; when unreachable (or a 5xx, 401, 403) it is journalled.
+
+``HOOKLEDGER_TOKEN``, when set, is sent as ``Authorization: Bearer <token>``.
+
+Journal record framing (no JSON needed to write or read it), one ``write()`` per
+record, ``O_APPEND`` under an exclusive ``flock``, then ``fdatasync``::
+
+    HLJ1 <capture key> <captured at, ISO-8601 UTC> <agent> <body length in bytes>[ <redactions>]\\n
+    <body bytes>\\n
+
+``<redactions>``: present when secrets were redacted here (a payload holding one of
+:data:`SECRET_LITERALS` takes the slow branch, :func:`redact_secrets_body`): the
+redactions (kind, path, count) as compact JSON, recorded by the server with the event.
+"""
+
+import fcntl
+import os
+import sys
+import time
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+JOURNAL = "hooks.journal"
+MAGIC = b"HLJ1"
+MAX_CONTEXT_CHARS = 10_000
+CONTEXT_TIMEOUT_S = 2.0
+POST_TIMEOUT_S = 2.0
+PLACEHOLDER = "[private]"
+# \uXXXX escapes (lower-cased hex) that could spell part of an opening tag "<private".
+_TAG_ESCAPES = frozenset(
+    b"00" + c.encode()
+    for c in (
+        "3c",
+        "70",
+        "72",
+        "69",
+        "76",
+        "61",
+        "74",
+        "65",
+        "50",
+        "52",
+        "49",
+        "56",
+        "41",
+        "54",
+        "45",
+    )
+)
+_SPACE = " \t\n\r\f\v"
+# Every secret rule of ledger.secrets needs one of these (lower-cased, minimal: a longer
+# literal holding a shorter one is left out) in the text; tests/test_hook_journal.py
+# keeps the tuple equal to the catalogue's.
+SECRET_LITERALS = (
+    b'://',
+    b'@',
+    b'abia',
+    b'acca',
+    b'aiza',
+    b'akia',
+    b'asia',
+    b'authorization',
+    b'basic',
+    b'bearer',
+    b'credential',
+    b'eyj',
+    b'gho_',
+    b'ghp_',
+    b'ghr_',
+    b'ghs_',
+    b'ghu_',
+    b'github_pat_',
+    b'gldt-',
+    b'glft-',
+    b'glpat-',
+    b'glptt-',
+    b'glrt-',
+    b'glsoat-',
+    b'gocspx-',
+    b'hf_',
+    b'hooks.slack.com',
+    b'key',
+    b'npm_',
+    b'pass',
+    b'pwd',
+    b'pypi-ageichlwas5vcmc',
+    b'q~',
+    b'rk_live_',
+    b'rk_test_',
+    b'secret',
+    b'sg.',
+    b'sig=',
+    b'sk-',
+    b'sk_live_',
+    b'sk_test_',
+    b'token',
+    b'whsec_',
+    b'xapp-',
+    b'xoxa-',
+    b'xoxb-',
+    b'xoxe-',
+    b'xoxp-',
+    b'xoxr-',
+    b'xoxs-',
+    b'ya29.',
+)
+
+
+def uuid7() -> str:
+    """RFC 9562 UUIDv7: 48-bit ms timestamp, version 7, variant 10, random bits."""
+    ms = time.time_ns() // 1_000_000
+    rnd = int.from_bytes(os.urandom(10), "big")
+    value = (
+        (ms & ((1 << 48) - 1)) << 80
+        | 0x7 << 76
+        | (rnd >> 68 & 0xFFF) << 64
+        | 0b10 << 62
+        | rnd & ((1 << 62) - 1)
+    )
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def now_iso() -> str:
+    """Current UTC time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    ns = time.time_ns()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000)) + (
+        f".{ns // 1_000_000 % 1000:03d}Z"
+    )
+
+
+def record_bytes(agent: str, body: bytes, key: str, at: str, redactions: bytes = b"") -> bytes:
+    """One journal record (header line, body, newline); ``redactions``: the secret
+    redactions made here, as compact JSON (no spaces), appended to the header."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent) or "_"
+    header = b"%s %s %s %s %d" % (MAGIC, key.encode(), at.encode(), safe.encode(), len(body))
+    if redactions:
+        header += b" " + redactions
+    return header + b"\n" + body + b"\n"
+
+
+def may_hold_secret(body: bytes) -> bool:
+    """Exact pre-check: False only when no string of the JSON ``body`` can hold a secret
+    of the catalogue (no rule literal in any case, no escape that could spell one)."""
+    lower = body.lower()
+    if b"\\u00" in lower or b"\\/" in lower:
+        return True
+    for literal in SECRET_LITERALS:  # noqa: SIM110 - no generator on the hot path
+        if literal in lower:
+            return True
+    return False
+
+
+def redact_secrets_body(body: bytes) -> tuple[bytes, bytes]:
+    """Secret redaction before the payload is written or sent (the slow branch, taken
+    only when :func:`may_hold_secret`): :func:`ledger.privacy.redact_text` (standard
+    library only) on the raw JSON text, imported from the package root beside this
+    file. Returns (body, the redactions as compact JSON for the journal header, or
+    ``b""`` when nothing was redacted)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    import json
+
+    from ledger.privacy import redact_text
+
+    text, redactions = redact_text(body.decode("utf-8", "surrogateescape"))
+    if not redactions:
+        return body, b""
+    found = json.dumps(redactions, separators=(",", ":"), ensure_ascii=True).encode()
+    return text.encode("utf-8", "surrogateescape"), found
+
+
+def journal_append(spool_dir: str, record: bytes) -> None:
+    """Append ``record`` to ``<spool_dir>/hooks.journal``; safe with many processes.
+
+    The server renames the journal aside to ingest it; a writer that opened the old
+    file before the rename sees (under the lock) that the path is a new file and
+    reopens, so no record lands in a file already read.
+
+    Raises:
+        OSError: the journal cannot be written (e.g. disk full, read-only).
+    """
+    path = spool_dir + "/" + JOURNAL
+    for _ in range(50):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            os.makedirs(spool_dir, exist_ok=True)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                view = memoryview(record)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fdatasync(fd)
+                return
+        finally:
+            os.close(fd)
+    raise OSError("spool journal kept moving; record not written")
+
+
+def string_field(body: bytes, name: str) -> str | None:
+    """The first string value of key ``name`` in JSON bytes, found without a parser.
+
+    The exact bytes ``"name"`` followed by ``:`` occur only as a key (inside a JSON
+    string the quotes would be escaped). Returns None when absent, not a string, or
+    holding an escape (then ask a JSON parser)."""
+    key = b'"' + name.encode() + b'"'
+    i = body.find(key)
+    while i >= 0:
+        j = i + len(key)
+        while j < len(body) and body[j] in b" \t\r\n":
+            j += 1
+        if j < len(body) and body[j] == 58:  # ':'
+            j += 1
+            while j < len(body) and body[j] in b" \t\r\n":
+                j += 1
+            if j < len(body) and body[j] == 34:  # '"'
+                end = body.find(b'"', j + 1)
+                value = body[j + 1 : end] if end > 0 else b"\\"
+                if b"\\" not in value:
+                    return value.decode("utf-8", "replace")
+            return None
+        i = body.find(key, i + 1)
+    return None
+
+
+def hook_event_name(body: bytes) -> str:
+    """The payload's ``hook_event_name`` ("" when not found)."""
+    return string_field(body, "hook_event_name") or ""
+
+
+def is_loopback(url: str) -> bool:
+    """True when ``url``'s host is localhost or a 127.0.0.0/8 or ::1 address."""
+    rest = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    host = rest[1:].split("]", 1)[0] if rest.startswith("[") else rest.split(":", 1)[0]
+    host = host.lower()
+    return host in ("localhost", "::1", "") or host.startswith("127.")
+
+
+# -- privacy before a payload leaves the machine (semantics of ledger/privacy.py) -------
+
+
+def _tag_at(text: str, lower: str, i: int) -> tuple[bool, int] | None:
+    """At ``text[i] == '<'``: (closing, end index) if a private tag starts here."""
+    j = i + 1
+    closing = j < len(text) and text[j] == "/"
+    if closing:
+        j += 1
+    if lower.startswith("private", j):
+        j += 7
+        k = 0
+        while j < len(text) and text[j] in _SPACE and k < 16:
+            j += 1
+            k += 1
+        if j < len(text) and text[j] == ">":
+            return closing, j + 1
+    return None
+
+
+def strip_private_text(text: str) -> tuple[str, int]:
+    """Remove ``<private>…</private>`` spans (any case, nested, unclosed = to the end);
+    each span becomes ``[private]``. Returns (text, spans removed). Linear time."""
+    if "<" not in text:
+        return text, 0
+    lower = text.lower()
+    out: list[str] = []
+    pos = depth = removed = 0
+    i = text.find("<")
+    while i >= 0:
+        tag = _tag_at(text, lower, i)
+        if tag is not None:
+            closing, end = tag
+            if not closing:
+                if depth == 0:
+                    out.append(text[pos:i])
+                    removed += 1
+                depth += 1
+            elif depth > 0:
+                depth -= 1
+                if depth == 0:
+                    out.append(PLACEHOLDER)
+                    pos = end
+        i = text.find("<", i + 1)
+    if depth > 0:
+        out.append(PLACEHOLDER)
+        return "".join(out), removed
+    if removed == 0:
+        return text, 0
+    out.append(text[pos:])
+    return "".join(out), removed
+
+
+def may_hold_private(body: bytes) -> bool:
+    """Exact pre-check on JSON bytes: False only when no string can decode to an
+    opening ``<private`` tag (a closing tag alone removes nothing). Unlike a search for
+    ``private``, macOS paths such as ``/private/var/...`` do not trigger the decode."""
+    lower = body.lower()
+    if b"<private" in lower:
+        return True
+    i = lower.find(b"\\u")
+    while i >= 0:
+        if lower[i + 2 : i + 6] in _TAG_ESCAPES:
+            return True
+        i = lower.find(b"\\u", i + 2)
+    return False
+
+
+def strip_private_body(body: bytes) -> bytes:
+    """``body`` with private spans removed from every JSON string (keys and values);
+    a body that is not JSON is scanned as text."""
+    import json
+
+    text = body.decode("utf-8", "surrogateescape")
+    if "<" not in text and "\\u" not in text:
+        return body
+    try:
+        value = json.loads(text)
+    except ValueError:
+        cleaned, n = strip_private_text(text)
+        return cleaned.encode("utf-8", "surrogateescape") if n else body
+    changed = [0]
+
+    def walk(v):  # type: ignore[no-untyped-def]
+        if isinstance(v, str):
+            s, n = strip_private_text(v)
+            changed[0] += n
+            return s
+        if isinstance(v, dict):
+            return {walk(k): walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    cleaned = walk(value)
+    if not changed[0]:
+        return body
+    return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", "surrogateescape")
+
+
+# -- talking to the server (only SessionStart and remote mode) -----------------------
+
+
+def _headers() -> dict[str, str]:
+    token = os.environ.get("HOOKLEDGER_TOKEN")
+    return {"Authorization": "Bearer " + token} if token else {}
+
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/")
+
+
+def quote(text: str) -> str:
+    """Percent-encode ``text`` (UTF-8) for a URL query value."""
+    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in text.encode("utf-8"))
+
+
+def http(
+    method: str, url: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
+) -> tuple[int, bytes]:
+    """One HTTP request with :mod:`http.client` (lighter than urllib.request)."""
+    import http.client
+
+    scheme, _, rest = url.partition("://")
+    hostport, _, base = rest.partition("/")
+    cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+    conn = cls(hostport, timeout=timeout)
+    try:
+        conn.request(
+            method,
+            ("/" + base if base else "") + path,
+            body=body,
+            headers={**headers, **_headers()},
+        )
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def post_hook(url: str, agent: str, body: bytes, key: str, at: str) -> bool:
+    """POST one payload; True when the server took it (2xx/4xx: 4xx bodies are kept
+    by the server as rejected input), False when it should be journalled."""
+    try:
+        status, _ = http(
+            "POST",
+            url,
+            "/v1/hooks/" + quote(agent),
+            body,
+            {
+                "Content-Type": "application/json",
+                "X-Hookledger-Capture-Key": key,
+                "X-Hookledger-Captured-At": at,
+            },
+            POST_TIMEOUT_S,
+        )
+    except Exception:
+        return False
+    return status < 500 and status not in (401, 403)
+
+
+def session_start_output(url: str, body: bytes) -> str:
+    """The hook output for a ``SessionStart`` payload: the server encodes it
+    (``GET /v1/context?…&format=hook``, context at most 10,000 characters); ``{}``
+    on any failure."""
+    try:
+        sid, cwd = string_field(body, "session_id"), string_field(body, "cwd")
+        if sid is None or cwd is None:  # escapes in the values: decode properly
+            import json
+
+            payload = json.loads(body)
+            sid, cwd = str(payload.get("session_id") or ""), str(payload.get("cwd") or "")
+        path = f"/v1/context?format=hook&session_id={quote(sid)}&cwd={quote(cwd)}"
+        status, answer = http("GET", url, path, None, {}, CONTEXT_TIMEOUT_S)
+        if status == 200 and answer.startswith(b"{") and len(answer) < 8 * MAX_CONTEXT_CHARS:
+            return answer.decode("utf-8")
+    except Exception:
+        pass
+    return "{}"
+
+
+# -- the hook ------------------------------------------------------------------------
+
+
+def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> str:
+    """Capture one payload as described in the module docstring; returns the hook's
+    stdout (a JSON object).
+
+    Raises:
+        OSError: the payload could not be journalled (:func:`main` still exits 0).
+    """
+    key = uuid7()
+    at = now_iso()
+    target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
+    spool = data_dir + "/spool"
+    if may_hold_private(body):
+        body = strip_private_body(body)
+    redactions = b""
+    if may_hold_secret(body):
+        body, redactions = redact_secrets_body(body)
+    if is_loopback(target) or not post_hook(target, agent, body, key, at):
+        journal_append(spool, record_bytes(agent, body, key, at, redactions))
+    if hook_event_name(body) == "SessionStart":
+        return session_start_output(target, body)
+    return "{}"
+
+
+def main(argv: list[str]) -> int:
+    """``run.py <agent> <data dir>``; always prints hook output, returns 0."""
+    out = "{}"
+    try:
+        agent = argv[1] if len(argv) > 1 else "claude-code"
+        data_dir = argv[2] if len(argv) > 2 else os.environ.get("HOOKLEDGER_DATA_DIR", "")
+        if not data_dir:
+            raise OSError("no data directory (argument or HOOKLEDGER_DATA_DIR)")
+        out = handle(agent, data_dir, sys.stdin.buffer.read())
+    except BaseException as e:  # a hook never fails its agent
+        try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+            sys.stderr.write(f"hookledger hook: {e}\n")
+        except BaseException:
+            pass
+    try:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,203 @@
+"""Server side of the hook spool journal ``<data dir>/spool/hooks.journal``.
+
+Written by the hook hot path (``api/hot_path/hook_fast.py``, which documents the framing:
+a header line ``HLJ1 <capture key> <captured at> <agent> <length>`` then the raw
+payload bytes and a newline). :meth:`JournalIngester.drain`:
+
+1. renames a non-empty journal aside to ``hooks.journal.<uuid>.aside`` (hooks
+   that start later create a fresh journal);
+2. takes the aside file's ``flock``: a hook that opened the old file before the rename
+   either finished its write (we then read it) or, once it gets the lock, sees that
+   the path is a new file and writes there instead — no record is lost;
+3. parses every record and records them in chunks, each payload with its original
+   capture key, so a crash (even SIGKILL) part-way and a second drain append nothing
+   twice (``Ledger.record`` is idempotent by key);
+4. deletes the aside file (the trim).
+
+A record whose framing is broken (bad header, length past the end) is recorded as
+:class:`~ledger.observation.Rejected` input with the reason and its bytes; the parser
+resynchronises at the next ``\\nHLJ1 `` header.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from ledger.app import RecordResult
+from ledger.ingest import parse_hook_body
+from ledger.observation import Observation, Rejected
+from ledger.sources.claude_common import parse_time
+
+JOURNAL = "hooks.journal"
+MAGIC = b"HLJ1 "
+CHUNK_RECORDS = 2000
+"""Hook payloads per ``record`` call while draining a journal."""
+
+Recorder = Callable[[Sequence[Observation | Rejected]], RecordResult]
+Submitter = Callable[[Sequence[Observation | Rejected]], "Future[RecordResult]"]
+IN_FLIGHT = 2
+"""Chunks submitted ahead while the previous one is being recorded (parse overlaps commit)."""
+
+
+@dataclass(frozen=True)
+class JournalRecord:
+    offset: int
+    key: str
+    captured_at: str
+    agent: str
+    body: bytes
+    redactions: tuple[dict[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class Malformed:
+    offset: int
+    reason: str
+    data: bytes
+
+
+def parse_journal(data: bytes) -> Iterator[JournalRecord | Malformed]:
+    """Records of a journal file's bytes, in order; broken framing yields
+    :class:`Malformed` chunks (nothing is skipped silently)."""
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if not data.startswith(MAGIC, pos):
+            nxt = _resync(data, pos)
+            yield Malformed(pos, "no journal record header here", data[pos:nxt])
+            pos = nxt
+            continue
+        eol = data.find(b"\n", pos, pos + 8192)
+        fields = data[pos:eol].split(b" ") if eol >= 0 else []
+        if len(fields) not in (5, 6) or not fields[4].isdigit():
+            nxt = _resync(data, pos + 1)
+            yield Malformed(pos, "bad journal record header", data[pos:nxt])
+            pos = nxt
+            continue
+        length = int(fields[4])
+        body_end = eol + 1 + length
+        if body_end + 1 > end or data[body_end : body_end + 1] != b"\n":
+            nxt = _resync(data, pos + 1)
+            reason = f"record body shorter than its header's {length} bytes"
+            yield Malformed(pos, reason, data[pos:nxt])
+            pos = nxt
+            continue
+        try:
+            key, at, agent = (f.decode("ascii") for f in fields[1:4])
+        except UnicodeDecodeError:
+            nxt = _resync(data, pos + 1)
+            yield Malformed(pos, "journal record header is not ASCII", data[pos:nxt])
+            pos = nxt
+            continue
+        redactions: tuple[dict[str, object], ...] = ()
+        if len(fields) == 6:
+            try:
+                redactions = tuple(r for r in orjson.loads(fields[5]) if isinstance(r, dict))
+            except (orjson.JSONDecodeError, TypeError):
+                nxt = _resync(data, pos + 1)
+                yield Malformed(pos, "journal record header has bad redactions", data[pos:nxt])
+                pos = nxt
+                continue
+        yield JournalRecord(pos, key, at, agent, data[eol + 1 : body_end], redactions)
+        pos = body_end + 1
+
+
+def _resync(data: bytes, start: int) -> int:
+    nxt = data.find(b"\n" + MAGIC, start)
+    return len(data) if nxt < 0 else nxt + 1
+
+
+def to_items(entry: JournalRecord | Malformed, source_name: str) -> list[Observation | Rejected]:
+    """What ``Ledger.record`` takes for one journal entry."""
+    if isinstance(entry, Malformed):
+        return [
+            Rejected("spool:journal", f"{source_name} offset {entry.offset}",
+                     f"malformed journal record: {entry.reason}", entry.data)
+        ]
+    at = parse_time(entry.captured_at)
+    edge = [dict(r) for r in entry.redactions]
+    return parse_hook_body(entry.agent, entry.body, entry.key, at, edge)[0]
+
+
+class JournalIngester:
+    """Drains the journal in ``spool_dir`` into the ledger through ``record``.
+
+    Args:
+        spool_dir: ``<data dir>/spool``.
+        record: e.g. ``Ledger.record`` (one chunk at a time), or
+        submit: e.g. ``GroupWriter.submit``: the next chunk is parsed while the previous
+            one is recorded (at most ``IN_FLIGHT`` chunks queued).
+    """
+
+    def __init__(
+        self, spool_dir: Path, record: Recorder | None = None, *, submit: Submitter | None = None
+    ) -> None:
+        if (record is None) == (submit is None):
+            raise ValueError("give exactly one of record and submit")
+        self.spool_dir = spool_dir
+        self.submit: Submitter = submit or (lambda items: _done(record(items)))  # type: ignore[misc]
+        self.path = spool_dir / JOURNAL
+
+    def pending(self) -> bool:
+        """True when a journal holds bytes or an aside file is left to ingest."""
+        try:
+            if self.path.stat().st_size > 0:
+                return True
+        except FileNotFoundError:
+            pass
+        return any(self.spool_dir.glob(f"{JOURNAL}.*.aside"))
+
+    def drain(self) -> RecordResult:
+        """Ingest and delete everything journalled so far; returns what was appended.
+
+        Raises whatever ``record`` raises (the aside file is then kept for the next
+        drain: nothing is lost, nothing doubles)."""
+        total = RecordResult()
+        try:
+            if self.path.stat().st_size > 0:
+                os.rename(self.path, self.spool_dir / f"{JOURNAL}.{uuid.uuid4().hex}.aside")
+        except FileNotFoundError:
+            pass
+        asides = sorted(self.spool_dir.glob(f"{JOURNAL}.*.aside"), key=_mtime)
+        for aside in asides:
+            with open(aside, "rb") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # wait for a hook mid-write
+                data = f.read()
+            chunk: list[Observation | Rejected] = []
+            count = 0
+            flying: list[Future[RecordResult]] = []
+            for entry in parse_journal(data):
+                chunk.extend(to_items(entry, aside.name))
+                count += 1
+                if count >= CHUNK_RECORDS:
+                    flying.append(self.submit(chunk))
+                    chunk, count = [], 0
+                    while len(flying) >= IN_FLIGHT:
+                        total.add(flying.pop(0).result())
+            if chunk:
+                flying.append(self.submit(chunk))
+            for future in flying:
+                total.add(future.result())  # raises what recording raised: the file stays
+            aside.unlink()
+        return total
+
+
+def _done(result: RecordResult) -> Future[RecordResult]:
+    future: Future[RecordResult] = Future()
+    future.set_result(result)
+    return future
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0

@@ -1,0 +1,142 @@
+"""Access: loopback by default; a token is required off loopback and, when set, on
+ingest, read and stream endpoints (header, ``?token=`` or cookie)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import Server, free_port, settings_env
+
+from ledger.config import Settings
+
+HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
+TOKEN = "s3cret-token-for-tests"
+PROMPT = {
+    "session_id": "9a0d6a2c-7f41-4c6e-9c47-000000000001",
+    "transcript_path": "/tmp/t.jsonl",
+    "cwd": "/work/access",
+    "hook_event_name": "UserPromptSubmit",
+    "prompt": "public part <private>the hidden key</private> end",
+}
+
+
+def non_loopback_ip() -> str | None:
+    """An address of this machine other than loopback (None when it has none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent for UDP connect
+            ip = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if ip.startswith("127.") else ip
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_non_loopback_bind_without_token_refuses_to_start(tmp_path: Path, host: str) -> None:
+    env = settings_env(Settings(tmp_path / "data"))
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve", "--host", host, "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "HOOKLEDGER_TOKEN" in out.stderr and "refusing" in out.stderr
+
+
+def test_token_is_required_when_set(settings: Settings) -> None:
+    srv = Server(settings, env={"HOOKLEDGER_TOKEN": TOKEN}).start()
+    try:
+        url = srv.url
+        assert httpx.get(url + "/healthz", timeout=30).status_code == 200
+        assert httpx.get(url + "/", timeout=30).status_code != 401  # the viewer page is open
+        for method, path in [
+            ("GET", "/v1/sessions"),
+            ("GET", "/v1/context?cwd=/x"),
+            ("GET", "/v1/stream"),
+            ("POST", "/v1/hooks/claude-code"),
+        ]:
+            r = httpx.request(method, url + path, json=PROMPT, timeout=30)
+            assert r.status_code == 401, (path, r.status_code)
+            assert r.headers["www-authenticate"] == "Bearer"
+            r = httpx.request(
+                method,
+                url + path,
+                json=PROMPT,
+                timeout=30,
+                headers={"Authorization": "Bearer wrong"},
+            )
+            assert r.status_code == 401
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        assert (
+            httpx.post(
+                url + "/v1/hooks/claude-code", json=PROMPT, headers=ok, timeout=30
+            ).status_code
+            == 202
+        )
+        assert httpx.get(url + "/v1/sessions", headers=ok, timeout=30).status_code == 200
+        assert httpx.get(url + f"/v1/sessions?token={TOKEN}", timeout=30).status_code == 200
+        r = httpx.get(url + "/v1/sessions", cookies={"hookledger_token": TOKEN}, timeout=30)
+        assert r.status_code == 200
+        assert [s["external_id"] for s in r.json()["sessions"]] == [PROMPT["session_id"]]
+    finally:
+        srv.stop()
+
+
+def test_remote_hook_sends_token_strips_private_and_spools_when_unreachable(
+    settings: Settings,
+) -> None:
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    srv = Server(settings, env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    remote = f"http://{ip}:{srv.port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    env |= {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": TOKEN}
+    hook = [
+        os.path.realpath(sys.executable),
+        "-S",
+        str(HOOK_RUN),
+        "claude-code",
+        str(settings.data_dir),
+    ]
+
+    # Server down: the payload is journalled, without the private span.
+    out = subprocess.run(
+        hook, input=json.dumps(PROMPT).encode(), env=env, capture_output=True, timeout=60
+    )
+    assert out.returncode == 0 and out.stdout.strip() == b"{}"
+    journal = (settings.data_dir / "spool" / "hooks.journal").read_bytes()
+    assert b"public part" in journal and b"the hidden key" not in journal
+
+    srv.start()
+    try:
+        second = {**PROMPT, "prompt": "second <PRIVATE>also hidden</private> prompt"}
+        out = subprocess.run(
+            hook, input=json.dumps(second).encode(), env=env, capture_output=True, timeout=60
+        )
+        assert out.returncode == 0 and out.stdout.strip() == b"{}"
+        assert not (settings.data_dir / "spool" / "hooks.journal").exists(), (
+            "sent over HTTP, not journalled"
+        )
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        deadline = time.monotonic() + 10
+        prompts: list[str] = []
+        while time.monotonic() < deadline and len(prompts) < 2:
+            r = httpx.get(f"{remote}/v1/sessions/{PROMPT['session_id']}", headers=ok, timeout=30)
+            prompts = (
+                [b["prompt"] for b in r.json().get("batches", [])] if r.status_code == 200 else []
+            )
+            time.sleep(0.05)
+        assert prompts == ["public part [private] end", "second [private] prompt"]
+    finally:
+        srv.stop()

@@ -1,0 +1,391 @@
+"""The hook hot path and the spool journal, with real processes.
+
+Payloads are the real hook logs in ``tests/fixtures/*hook-logs`` (Claude Code 2025-08
+and 2.1.170), written by the exact command ``install-hooks`` writes
+(``python -S /abs/api/hot_path/run.py claude-code <data dir>``), while the server is down,
+while it is SIGKILLed mid-ingest and while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import FIXTURES, Server
+
+from api.bootstrap import build
+from api.hot_path.hook_fast import journal_append, record_bytes, uuid7
+from ledger.config import Settings
+from ledger.journal import JOURNAL, JournalIngester
+from projections import queries
+
+HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
+PYTHON = os.path.realpath(sys.executable)
+
+
+def fixture_payloads() -> list[dict[str, Any]]:
+    """Every hook payload in the hook-log fixtures (chat.json is a transcript)."""
+    out: list[dict[str, Any]] = []
+    for folder in sorted(FIXTURES.glob("*hook-logs")):
+        for f in sorted(folder.rglob("*.json")):
+            if f.name != "chat.json":
+                out.extend(json.loads(f.read_text()))
+    return out
+
+
+def run_hook(
+    data_dir: Path, body: bytes, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """The command install-hooks writes, as Claude Code runs it."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    return subprocess.run(
+        [PYTHON, "-S", str(HOOK_RUN), "claude-code", str(data_dir)],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        env={**base, **(env or {})},
+    )
+
+
+def write_all(data_dir: Path, bodies: list[bytes], workers: int = 4) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        for out in pool.map(lambda b: run_hook(data_dir, b), bodies):
+            assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+
+
+def journal_headers(path: Path) -> list[list[bytes]]:
+    """Header fields of every record, read with plain byte splitting."""
+    data = path.read_bytes()
+    headers, pos = [], 0
+    while pos < len(data):
+        eol = data.index(b"\n", pos)
+        fields = data[pos:eol].split(b" ")
+        headers.append(fields)
+        pos = eol + 1 + int(fields[4]) + 1
+    return headers
+
+
+def event_keys(settings: Settings) -> Counter[tuple[str, str, str]]:
+    """(stream, kind, event key) of every stored event."""
+    services = build(settings)
+    try:
+        out: Counter[tuple[str, str, str]] = Counter()
+        recorder = services.ledger.recorder
+        start = 0
+        while True:
+            section = recorder.select_notifications(start, 1000, inclusive_of_start=False)
+            if not section:
+                return out
+            for n in section:
+                event = services.ledger.mapper.to_domain_event(n)
+                out[(str(n.originator_id), type(event).__name__, event.event_key)] += 1
+            start = section[-1].id
+    finally:
+        services.close()
+
+
+def test_hot_path_imports_no_json_re_socket_urllib(tmp_path: Path) -> None:
+    body = json.dumps(fixture_payloads()[0] | {"hook_event_name": "PostToolUse"}).encode()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    out = subprocess.run(
+        [PYTHON, "-S", "-X", "importtime", str(HOOK_RUN), "claude-code", str(tmp_path)],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        env=base,
+        check=True,
+    )
+    imported = {
+        line.split("|")[-1].strip() for line in out.stderr.decode().splitlines() if "|" in line
+    }
+    assert imported, out.stderr
+    assert not imported & {"json", "re", "socket", "urllib", "urllib.request", "http.client"}, (
+        imported
+    )
+    assert out.stdout.strip() == b"{}"
+    assert [h[3] for h in journal_headers(tmp_path / "spool" / JOURNAL)] == [b"claude-code"]
+
+
+def test_hook_never_fails_its_agent(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the data dir should be")
+    for body in (b"", b"\xff\xfe garbage", json.dumps(fixture_payloads()[0]).encode()):
+        out = run_hook(blocked, body)
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+    start = {"session_id": "s", "hook_event_name": "SessionStart", "cwd": "/x", "source": "startup"}
+    out = run_hook(
+        blocked, json.dumps(start).encode(), env={"HOOKLEDGER_URL": "http://127.0.0.1:9"}
+    )
+    assert out.returncode == 0 and out.stdout.strip() == b"{}"
+
+
+def test_payloads_written_while_server_is_down_are_ingested_once_and_trimmed(
+    settings: Settings, tmp_path: Path
+) -> None:
+    payloads = fixture_payloads()
+    assert len(payloads) == 1252  # 9+600+11+7+3+221+1+10 attio, 9+177+6+6+146+41+1+4 coorp
+    write_all(settings.data_dir, [json.dumps(p).encode() for p in payloads])
+    journal = settings.data_dir / "spool" / JOURNAL
+    headers = journal_headers(journal)
+    assert len(headers) == len(payloads)
+    assert len({h[1] for h in headers}) == len(payloads), "one capture key per hook call"
+
+    # Reference: the same records (same capture keys) recorded once, directly.
+    reference = Settings(tmp_path / "reference")
+    shutil.copy(journal, tmp_path / "journal.copy")
+    ref = build(reference)
+    try:
+        copy_dir = tmp_path / "copy"
+        copy_dir.mkdir()
+        shutil.copy(journal, copy_dir / JOURNAL)
+        JournalIngester(copy_dir, ref.ledger.record).drain()
+    finally:
+        ref.close()
+
+    srv = Server(settings).start()
+    srv.stop()
+    assert not list((settings.data_dir / "spool").iterdir()), "the journal is trimmed"
+    srv = Server(settings).start()  # a second start ingests nothing again
+    srv.stop()
+
+    got = event_keys(settings)
+    assert got == event_keys(reference)
+    assert max(got.values()) == 1
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        stats = queries.stats(services.models)
+        sessions = {r["external_id"] for r in queries.list_sessions(services.models)}
+    finally:
+        services.close()
+    assert stats["rejected"] == 0
+    assert {p["session_id"] for p in payloads} <= sessions
+    prompts = sum(1 for k in got if k[1] == "PromptSubmitted")
+    assert prompts == sum(p["hook_event_name"] == "UserPromptSubmit" for p in payloads)
+
+
+def _prompt(session: int, n: int) -> bytes:
+    return json.dumps(
+        {
+            "session_id": f"00000000-0000-4000-8000-{session:012d}",
+            "transcript_path": "/tmp/t.jsonl",
+            "cwd": "/work/bulk",
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": f"bulk prompt {n}",
+        }
+    ).encode()
+
+
+@pytest.mark.slow
+def test_sigkill_mid_ingest_loses_nothing_and_doubles_nothing(settings: Settings) -> None:
+    payloads = fixture_payloads()[:200]
+    write_all(settings.data_dir, [json.dumps(p).encode() for p in payloads])
+    spool = settings.data_dir / "spool"
+    bulk = 6000
+    for n in range(bulk):  # the hot path's own framing and append, in-process for speed
+        journal_append(
+            str(spool),
+            record_bytes("claude-code", _prompt(n % 40, n), uuid7(), "2026-06-20T00:00:00.000Z"),
+        )
+
+    srv = Server(settings)
+    srv.spawn()
+    services = build(settings)
+    try:
+        deadline = time.monotonic() + 120
+        while services.ledger.max_position() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        before_kill = services.ledger.max_position()
+        srv.stop(kill=True)
+        assert before_kill > 0
+        leftovers = list(spool.glob(f"{JOURNAL}.*.aside"))
+        assert leftovers, (
+            "the kill came after the whole journal was ingested; the test proves nothing"
+        )
+    finally:
+        services.close()
+        srv.stop(kill=True)
+
+    srv = Server(settings).start()
+    srv.stop()
+    assert not list(spool.iterdir()), "the journal is trimmed"
+    got = event_keys(settings)
+    assert max(got.values()) == 1
+    prompts = [k for k in got if k[1] == "PromptSubmitted"]
+    expected = bulk + sum(p["hook_event_name"] == "UserPromptSubmit" for p in payloads)
+    assert len(prompts) == expected
+
+
+def test_many_concurrent_hook_processes_lose_nothing(settings: Settings, server: Server) -> None:
+    bodies = [_prompt(n % 5, n) for n in range(160)]
+    write_all(settings.data_dir, bodies, workers=8)
+    deadline = time.monotonic() + 30
+    count = 0
+    while time.monotonic() < deadline:
+        rows = httpx.get(server.url + "/v1/sessions", timeout=30).json()["sessions"]
+        count = sum(r["prompt_count"] for r in rows if r["cwd"] == "/work/bulk")
+        if count >= len(bodies):
+            break
+        time.sleep(0.1)
+    assert count == len(bodies)
+    prompts = set()
+    for n in range(5):
+        detail = httpx.get(
+            f"{server.url}/v1/sessions/00000000-0000-4000-8000-{n:012d}", timeout=30
+        ).json()
+        prompts |= {b["prompt"] for b in detail["batches"]}
+    assert prompts == {f"bulk prompt {n}" for n in range(160)}
+
+
+def test_session_start_gets_context_from_the_server(settings: Settings, server: Server) -> None:
+    payloads = [p for p in fixture_payloads() if p["session_id"].startswith("4f65f198")]
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        for p in payloads:
+            assert client.post("/v1/hooks/claude-code", json=p).status_code == 202
+    cwd = payloads[0]["cwd"]
+    asked = next(  # typed by a person (slash commands and task notifications are not batches)
+        p["prompt"]
+        for p in payloads
+        if p["hook_event_name"] == "UserPromptSubmit" and p["prompt"][0] not in "/<"
+    )
+    edited = next(
+        p["tool_input"]["file_path"]
+        for p in payloads
+        if p["hook_event_name"] == "PostToolUse" and p["tool_name"] in ("Edit", "Write")
+    )
+    start = {
+        "session_id": "11111111-2222-4333-8444-555555555555",
+        "transcript_path": "/tmp/x.jsonl",
+        "cwd": cwd,
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+    }
+    out = run_hook(
+        settings.data_dir, json.dumps(start).encode(), env={"HOOKLEDGER_URL": server.url}
+    )
+    assert out.returncode == 0
+    answer = json.loads(out.stdout)
+    context = answer["hookSpecificOutput"]["additionalContext"]
+    assert answer["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    assert 0 < len(context) <= 10_000
+    assert " ".join(asked.split())[:60] in context
+    assert edited in context
+    # The SessionStart payload itself is journalled and ingested too.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if (
+            httpx.get(f"{server.url}/v1/sessions/{start['session_id']}", timeout=30).status_code
+            == 200
+        ):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the SessionStart payload never reached the ledger")
+
+
+def test_session_start_without_server_prints_no_context_and_is_journalled(tmp_path: Path) -> None:
+    start = {
+        "session_id": "s1",
+        "cwd": "/x",
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+    }
+    t0 = time.monotonic()
+    out = run_hook(
+        tmp_path, json.dumps(start).encode(), env={"HOOKLEDGER_URL": "http://127.0.0.1:9"}
+    )
+    assert time.monotonic() - t0 < 10
+    assert out.returncode == 0 and out.stdout.strip() == b"{}"
+    assert len(journal_headers(tmp_path / "spool" / JOURNAL)) == 1
+
+
+def test_malformed_journal_records_are_rejected_with_a_reason(settings: Settings) -> None:
+    spool = settings.data_dir / "spool"
+    good = _prompt(1, 1)
+    journal_append(
+        str(spool), record_bytes("claude-code", good, uuid7(), "2026-06-20T00:00:00.000Z")
+    )
+    with open(spool / JOURNAL, "ab") as f:
+        f.write(b"this is not a record\n")
+        f.write(b'HLJ1 k 2026 claude-code 999\n{"short": 1}\n')
+    journal_append(
+        str(spool), record_bytes("claude-code", _prompt(1, 2), uuid7(), "2026-06-20T00:00:00.000Z")
+    )
+    journal_append(
+        str(spool), record_bytes("claude-code", b"{not json", uuid7(), "2026-06-20T00:00:00.000Z")
+    )
+    services = build(settings)
+    try:
+        JournalIngester(spool, services.ledger.record).drain()
+        services.runner.catch_up()
+        stats = queries.stats(services.models)
+    finally:
+        services.close()
+    assert not list(spool.iterdir())
+    assert stats["prompts"] == 2
+    # "this is not a record" (no header), the record whose body is shorter than its
+    # header says, and the body that is not JSON.
+    assert stats["rejected"] == 3
+
+
+SECRET = "SECRET-XYZ-123"
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        f"<private>{SECRET}</private>",
+        f"<PRIVATE >{SECRET}</Private>",
+        f"<private>{SECRET}",  # unclosed: everything after it goes
+        f"<private><private>x</private>{SECRET}</private>",
+        f"\\u003cprivate>{SECRET}\\u003c/private>",  # JSON escapes, decoded by the parser
+        f"<\\u0070rivate>{SECRET}</private>",
+    ],
+)
+def test_journal_never_holds_private_content(tmp_path: Path, spelled: str) -> None:
+    prefix = '{"session_id":"s","hook_event_name":"UserPromptSubmit","prompt":"a '
+    body = prefix + spelled + ' b"}'
+    out = run_hook(tmp_path, body.encode())
+    assert out.returncode == 0
+    journal = (tmp_path / "spool" / JOURNAL).read_bytes()
+    assert SECRET.encode() not in journal and b"[private]" in journal
+    assert json.loads(journal.split(b"\n", 1)[1].rsplit(b"\n", 1)[0])["prompt"].startswith("a ")
+
+
+def test_payload_without_a_tag_is_journalled_byte_for_byte(tmp_path: Path) -> None:
+    # macOS paths contain "private" but no tag; ANSI colours come as \u001b escapes.
+    body = json.dumps(
+        {
+            "session_id": "s",
+            "hook_event_name": "PostToolUse",
+            "tool_response": {"stdout": "\u001b[31m/private/var/folders/x\u001b[0m"},
+        }
+    )
+    assert "\\u001b" in body
+    out = run_hook(tmp_path, body.encode())
+    assert out.returncode == 0
+    journal = (tmp_path / "spool" / JOURNAL).read_bytes()
+    assert journal.split(b"\n", 1)[1] == body.encode() + b"\n"
+
+
+def test_hot_path_secret_literals_are_the_catalogues() -> None:
+    # The hot path checks secret literals without importing the catalogue; a rule added
+    # to ledger.secrets must not slip past it.
+    from api.hot_path import hook_fast
+    from ledger.secrets import _FIELD_ENDS, catalogue
+
+    literals = {x.lower() for r in catalogue() for x in (*r.any_of, *r.all_of)}
+    literals |= {e.decode() for e in _FIELD_ENDS}
+    fast = {x.decode() for x in hook_fast.SECRET_LITERALS}
+    assert all(any(f in lit for f in fast) for lit in literals)  # every literal is covered
+    assert fast <= literals

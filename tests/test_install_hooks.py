@@ -1,0 +1,199 @@
+"""``install-hooks`` / ``uninstall-hooks`` / ``doctor`` through the real CLI, on real
+Claude Code settings files (user scope via ``HOME``, project scope via the cwd)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import Server
+
+from ledger.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+# FORMATS.md A1: the hook events of Claude Code, written here independently.
+A1_EVENTS = {
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "Stop",
+    "SubagentStop",
+    "SubagentStart",
+    "PreCompact",
+    "SessionEnd",
+    "PermissionRequest",
+}
+ORIGINAL = """{
+    "model": "opus",
+    "hooks": {
+        "PreToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "echo pre >> /tmp/x"}]}
+        ],
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]
+    },
+    "permissions": {"allow": ["Bash(ls:*)"]}
+}
+"""
+
+
+def hookledger(
+    home: Path, data: Path, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    env["HOME"] = str(home)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", "--data-dir", str(data), *args],
+        env=env,
+        cwd=cwd or home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def ours(settings: dict, data: Path) -> dict[str, list[str]]:
+    """Event -> commands that mention our hot-path module and data dir."""
+    out: dict[str, list[str]] = {}
+    for event, groups in settings.get("hooks", {}).items():
+        for g in groups:
+            for h in g["hooks"]:
+                if "hot_path/run.py" in h["command"] and str(data) in h["command"]:
+                    out.setdefault(event, []).append(h["command"])
+    return out
+
+
+def test_install_merges_is_idempotent_and_uninstall_restores(tmp_path: Path) -> None:
+    home, data = tmp_path / "home", tmp_path / "data"
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(ORIGINAL)
+
+    out = hookledger(home, data, "install-hooks", "claude-code")
+    assert out.returncode == 0, out.stderr
+    installed = json.loads(path.read_text())
+    assert set(ours(installed, data)) == A1_EVENTS
+    assert all(len(v) == 1 for v in ours(installed, data).values())
+    # Other hooks and settings kept.
+    before = json.loads(ORIGINAL)
+    assert installed["model"] == "opus" and installed["permissions"] == before["permissions"]
+    assert before["hooks"]["PreToolUse"][0] in installed["hooks"]["PreToolUse"]
+    assert before["hooks"]["Stop"][0] in installed["hooks"]["Stop"]
+    backups = list(path.parent.glob("settings.json.hookledger-*.bak"))
+    assert [b.read_text() for b in backups] == [ORIGINAL]
+
+    # The command written is the real interpreter with -S and the hot-path module.
+    command = ours(installed, data)["PostToolUse"][0]
+    assert command.split()[:2] == [os.path.realpath(sys.executable), "-S"]
+    assert "shims" not in command
+    ran = subprocess.run(
+        command,
+        shell=True,
+        input=b'{"session_id":"s","hook_event_name":"PostToolUse"}',
+        capture_output=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0 and ran.stdout.strip() == b"{}"
+    assert (data / "spool" / "hooks.journal").read_bytes().startswith(b"HLJ1 ")
+
+    written = path.read_bytes()
+    out = hookledger(home, data, "install-hooks", "claude-code")
+    assert out.returncode == 0 and "nothing changed" in out.stdout
+    assert path.read_bytes() == written
+    assert len(list(path.parent.glob("settings.json.hookledger-*.bak"))) == 1
+
+    out = hookledger(home, data, "uninstall-hooks", "claude-code")
+    assert out.returncode == 0, out.stderr
+    assert path.read_text() == ORIGINAL
+    out = hookledger(home, data, "uninstall-hooks", "claude-code")
+    assert out.returncode == 0 and path.read_text() == ORIGINAL
+
+
+def test_uninstall_after_user_edits_keeps_their_edits(tmp_path: Path) -> None:
+    home, data = tmp_path / "home", tmp_path / "data"
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(ORIGINAL)
+    assert hookledger(home, data, "install-hooks", "claude-code").returncode == 0
+    edited = json.loads(path.read_text())
+    edited["theme"] = "dark"
+    edited["hooks"]["PostToolUse"].append(
+        {"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}
+    )
+    path.write_text(json.dumps(edited))
+    assert hookledger(home, data, "uninstall-hooks", "claude-code").returncode == 0
+    after = json.loads(path.read_text())
+    expected = json.loads(ORIGINAL)
+    expected["theme"] = "dark"
+    expected["hooks"]["PostToolUse"] = [
+        {"matcher": "Edit", "hooks": [{"type": "command", "command": "fmt"}]}
+    ]
+    assert after == expected
+
+
+def test_project_scope_without_a_settings_file(tmp_path: Path) -> None:
+    home, data, project = tmp_path / "home", tmp_path / "data", tmp_path / "project"
+    project.mkdir()
+    home.mkdir()
+    out = hookledger(home, data, "install-hooks", "claude-code", "--scope", "project", cwd=project)
+    assert out.returncode == 0, out.stderr
+    path = project / ".claude" / "settings.json"
+    assert set(ours(json.loads(path.read_text()), data)) == A1_EVENTS
+    assert not (home / ".claude").exists()
+    out = hookledger(
+        home, data, "uninstall-hooks", "claude-code", "--scope", "project", cwd=project
+    )
+    assert out.returncode == 0, out.stderr
+    assert not path.exists(), "there was no settings file before install"
+
+
+def test_invalid_settings_are_left_alone(tmp_path: Path) -> None:
+    home, data = tmp_path / "home", tmp_path / "data"
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"hooks": ')
+    out = hookledger(home, data, "install-hooks", "claude-code")
+    assert out.returncode != 0 and "not valid JSON" in out.stderr
+    assert path.read_text() == '{"hooks": '
+
+
+def test_doctor_reports_hooks_server_and_spool(settings: Settings, tmp_path: Path) -> None:
+    home, data = tmp_path / "home", settings.data_dir
+    home.mkdir()
+    srv = Server(settings)
+    env_url = ["--url", srv.url]
+    report = json.loads(hookledger(home, data, "doctor", "--json", *env_url).stdout)
+    assert report["ok"] is False
+    assert report["hooks"]["user"]["events"] == []
+    assert report["server"]["reachable"] is False
+    assert report["spool"]["empty"] is True
+
+    assert hookledger(home, data, "install-hooks", "claude-code").returncode == 0
+    subprocess.run(
+        ours(json.loads((home / ".claude" / "settings.json").read_text()), data)["Stop"][0],
+        shell=True,
+        input=b'{"session_id":"s","hook_event_name":"Stop"}',
+        check=True,
+        capture_output=True,
+    )
+    out = hookledger(home, data, "doctor", "--json", *env_url)
+    report = json.loads(out.stdout)
+    assert out.returncode == 1
+    assert set(report["hooks"]["user"]["events"]) == A1_EVENTS
+    assert report["spool"]["empty"] is False and report["spool"]["pending"] == ["hooks.journal"]
+
+    srv.start()
+    try:
+        out = hookledger(home, data, "doctor", "--json", *env_url)
+    finally:
+        srv.stop()
+    report = json.loads(out.stdout)
+    assert report["server"]["reachable"] is True
+    assert report["spool"]["empty"] is True, "the server ingested and trimmed the journal"
+    assert report["ok"] is True and out.returncode == 0
