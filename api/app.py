@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api.analytics import routes as analytics_routes
 from api.bootstrap import Services
 from api.hook_client import uuid7
 from ledger.ingest import HOOK_PARSERS, ingest_hook
@@ -151,6 +152,7 @@ def create_app(services: Services) -> Starlette:
             Route("/v1/sessions/{id}", get_session),
             Route("/v1/sessions/{id}/events", session_events),
             Route("/healthz", healthz),
+            *analytics_routes(services),
         ],
         lifespan=lifespan,
     )

@@ -217,5 +217,11 @@ def hook(ctx: click.Context, agent: str) -> None:
     ctx.exit(0)
 
 
+from api.cli_analytics import analytics as _analytics  # noqa: E402
+from api.cli_analytics import sql as _sql  # noqa: E402
+
+main.add_command(_sql)
+main.add_command(_analytics)
+
 if __name__ == "__main__":
     main()

@@ -21,6 +21,7 @@ mirrored here — ``tests/test_analytics.py`` fails when a class's version moves
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import pyarrow as pa
@@ -73,16 +74,21 @@ def _column(i: int, name: str, sql_type: str) -> str:
     return f"{value} AS {name}"
 
 
-PATHS = "[" + ", ".join(f"'$.{path}'" for _, path, _ in FIELDS) + "]"
-INSERT_EVENTS = f"""
+@cache
+def insert_events_sql() -> str:
+    """``INSERT INTO events … SELECT`` from the Arrow table registered as ``stage``:
+    each stored state is parsed once, all :data:`FIELDS` read from that parse."""
+    paths = "[" + ", ".join(f"'$.{path}'" for _, path, _ in FIELDS) + "]"
+    columns = ",\n       ".join(_column(i, n, t) for i, (n, _, t) in enumerate(FIELDS))
+    return f"""
 INSERT INTO events BY NAME
 SELECT position, stream_id, version, stream_type, kind,
-       {", ".join(_column(i, n, t) for i, (n, _, t) in enumerate(FIELDS))}
+       {columns}
 FROM (
     SELECT position, stream_id::UUID AS stream_id, version,
            split_part(split_part(topic, ':', 2), '.', 1) AS stream_type,
            split_part(split_part(topic, ':', 2), '.', 2) AS kind,
-           json_extract_string(decode(state), {PATHS}) AS f
+           json_extract_string(decode(state), {paths}) AS f
     FROM stage
 )
 """

@@ -13,24 +13,15 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 MAX_LIMIT = 10_000
 _TOKENS = "input_tokens + output_tokens + cache_creation_input_tokens + cache_read_input_tokens"
 
 
-@dataclass(frozen=True)
-class NamedQuery:
-    name: str
-    description: str
-    sql: str
-    default_limit: int = 100
-
-
-_QUERIES = (
-    NamedQuery(
-        "cost-per-day",
+QUERIES: dict[str, tuple[str, str, int]] = {
+    # name: (description, SQL with parameters $since and $limit, default limit)
+    "cost-per-day": (
         "Cost (USD) and tokens per day (UTC, source clock) and model; last usage record per "
         "message id.",
         f"""
@@ -49,9 +40,8 @@ _QUERIES = (
         LIMIT $limit""",
         1000,
     ),
-    NamedQuery(
-        "tool-usage",
-        "Tool calls per tool: count, failures, and p50/p95 duration (ms) of finished calls.",
+    "tool-usage": (
+        "Tool calls per tool: count, and p50/p95/max duration (ms) of the timed ones.",
         """
         SELECT coalesce(tool_name, '(unknown)') AS tool_name, count(*) AS calls,
                count(duration_ms) AS timed_calls,
@@ -63,9 +53,9 @@ _QUERIES = (
         GROUP BY ALL
         ORDER BY calls DESC, tool_name
         LIMIT $limit""",
+        100,
     ),
-    NamedQuery(
-        "session-durations",
+    "session-durations": (
         "Distribution of session durations (end, else last activity, minus start; source "
         "clock) in buckets, with each bucket's share of sessions.",
         """
@@ -84,9 +74,9 @@ _QUERIES = (
         GROUP BY ALL
         ORDER BY lower_s
         LIMIT $limit""",
+        100,
     ),
-    NamedQuery(
-        "error-rate",
+    "error-rate": (
         "Error rate per tool: failed / finished calls (calls still open are not counted).",
         """
         SELECT coalesce(tool_name, '(unknown)') AS tool_name, count(*) AS calls,
@@ -99,9 +89,9 @@ _QUERIES = (
         GROUP BY ALL
         ORDER BY error_rate DESC, errors DESC, calls DESC, tool_name
         LIMIT $limit""",
+        100,
     ),
-    NamedQuery(
-        "busiest-projects",
+    "busiest-projects": (
         "Projects (session working directory) by sessions, prompts and tool calls, with "
         "tokens and cost (USD); subagent runs counted apart.",
         f"""
@@ -117,14 +107,14 @@ _QUERIES = (
         GROUP BY ALL
         ORDER BY sessions DESC, prompts DESC, tool_calls DESC, project
         LIMIT $limit""",
+        100,
     ),
-)
-QUERIES: dict[str, NamedQuery] = {q.name: q for q in _QUERIES}
+}
 
 
 def named_queries() -> dict[str, str]:
     """``{name: description}`` of every named query."""
-    return {q.name: q.description for q in _QUERIES}
+    return {name: q[0] for name, q in QUERIES.items()}
 
 
 def parse_since(value: str | dt.datetime | dt.date | None) -> dt.datetime | None:
@@ -156,11 +146,11 @@ def run_query(
     """
     if name not in QUERIES:
         raise KeyError(f"unknown query {name!r}; known: {', '.join(QUERIES)}")
-    q = QUERIES[name]
-    n = q.default_limit if limit is None else int(limit)
+    _, sql, default_limit = QUERIES[name]
+    n = default_limit if limit is None else int(limit)
     if not 1 <= n <= MAX_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, not {n}")
-    cur = con.execute(q.sql, {"since": parse_since(since), "limit": n})
+    cur = con.execute(sql, {"since": parse_since(since), "limit": n})
     columns = [d[0] for d in cur.description]
     return [dict(zip(columns, map(json_value, row), strict=True)) for row in cur.fetchall()]
 

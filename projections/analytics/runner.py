@@ -103,7 +103,7 @@ def _apply(
         con.begin()
         try:
             con.register("stage", stage)
-            con.execute(extract.INSERT_EVENTS)
+            con.execute(extract.insert_events_sql())
             con.unregister("stage")
             _derive(con, start)
             moved = con.execute(
