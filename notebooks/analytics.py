@@ -32,14 +32,14 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
 sys.path.insert(0, str(ROOT))
 
+from ledger.app import Ledger  # noqa: E402
 from ledger.config import Settings  # noqa: E402
 from ledger.importer import discover, import_paths  # noqa: E402
-from ledger.app import Ledger  # noqa: E402
 from projections.analytics import (  # noqa: E402
     busiest_projects,
     connect,
@@ -67,9 +67,9 @@ def show(rows, columns=None, n=15):
     columns = columns or list(rows[0])
     cells = [[("" if r[c] is None else str(r[c]))[:48] for c in columns] for r in rows[:n]]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
 
 
 # %% [markdown]
@@ -105,7 +105,7 @@ bottom = [0.0] * len(days)
 for m in models:
     values = [sum(r["cost_usd"] for r in costs if r["day"] == d and r["model"] == m) for d in days]
     ax.bar(days, values, bottom=bottom, label=m)
-    bottom = [b + v for b, v in zip(bottom, values)]
+    bottom = [b + v for b, v in zip(bottom, values, strict=True)]
 ax.set_ylabel("USD")
 ax.set_title("Cost per day and model")
 ax.legend(fontsize=7)

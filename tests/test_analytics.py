@@ -304,7 +304,8 @@ def test_named_query_parameters(services: Services) -> None:
     latest = max(r["day"] for r in days)
     since = run_query(con, "cost-per-day", since=latest)
     assert {r["day"] for r in since} == {latest}
-    assert sum(r["responses"] for r in days) == con.execute("SELECT count(*) FROM usage").fetchone()[0]
+    n_usage = con.execute("SELECT count(*) FROM usage").fetchone()[0]
+    assert sum(r["responses"] for r in days) == n_usage
     assert len(run_query(con, "tool-usage", limit=2)) == 2
     with pytest.raises(ValueError, match="since"):
         run_query(con, "tool-usage", since="yesterday")
