@@ -25,17 +25,22 @@ QUERIES: dict[str, tuple[str, str, int]] = {
         "Cost (USD) and tokens per day (UTC, source clock) and model; last usage record per "
         "message id.",
         f"""
-        SELECT strftime(CAST(occurred_at AS DATE), '%Y-%m-%d') AS day,
-               coalesce(model, '(none)') AS model,
-               count(*) AS responses,
-               sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-               sum(cache_creation_input_tokens) AS cache_creation_input_tokens,
-               sum(cache_read_input_tokens) AS cache_read_input_tokens,
-               round(coalesce(sum(cost_usd), 0), 6) AS cost_usd,
-               coalesce(sum({_TOKENS}) FILTER (cost_usd IS NULL), 0) AS unpriced_tokens
-        FROM usage
-        WHERE $since IS NULL OR occurred_at >= $since
-        GROUP BY ALL
+        WITH d AS (  -- aggregate on the DATE, format the few result rows after
+            SELECT CAST(occurred_at AS DATE) AS d, model, count(*) AS responses,
+                   sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+                   sum(cache_creation_input_tokens) AS cache_creation_input_tokens,
+                   sum(cache_read_input_tokens) AS cache_read_input_tokens,
+                   sum(cost_usd) AS cost_usd,
+                   sum({_TOKENS}) FILTER (cost_usd IS NULL) AS unpriced_tokens
+            FROM usage
+            WHERE $since IS NULL OR occurred_at >= $since
+            GROUP BY ALL
+        )
+        SELECT strftime(d, '%Y-%m-%d') AS day, coalesce(model, '(none)') AS model, responses,
+               input_tokens, output_tokens, cache_creation_input_tokens,
+               cache_read_input_tokens, round(coalesce(cost_usd, 0), 6) AS cost_usd,
+               coalesce(unpriced_tokens, 0) AS unpriced_tokens
+        FROM d
         ORDER BY day DESC, cost_usd DESC, model
         LIMIT $limit""",
         1000,

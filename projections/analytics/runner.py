@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,41 +94,61 @@ def _apply(
 ) -> int:
     decrypt = _decrypter(ledger)
     applied = sections = 0
-    while max_sections is None or sections < max_sections:
-        start = position(con)
-        if stop is not None and start >= stop:
-            break
+
+    def more(after: int, done: int) -> bool:
+        return (max_sections is None or done < max_sections) and (stop is None or after < stop)
+
+    def read(after: int) -> tuple[int, int, Any] | None:
         with _gc_paused():  # ~100k short-lived objects: no cyclic GC passes over them
             notifications = ledger.recorder.select_notifications(
-                start=start, limit=section, stop=stop, inclusive_of_start=False
+                start=after, limit=section, stop=stop, inclusive_of_start=False
             )
             if not notifications:
+                return None
+            return notifications[-1].id, len(notifications), extract.stage_table(
+                notifications, decrypt
+            )
+
+    # One reader thread stays a section ahead: the next section is read and staged
+    # (Python) while DuckDB applies this one (DuckDB releases the GIL).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="analytics-read") as pool:
+        start = position(con)
+        ahead = pool.submit(read, start) if more(start, 0) else None
+        while ahead is not None:
+            got = ahead.result()
+            if got is None:
                 break
-            stage = extract.stage_table(notifications, decrypt)
-        last = notifications[-1].id
-        con.begin()
-        try:
-            con.register("stage", stage)
-            con.execute(extract.insert_events_sql())
-            con.unregister("stage")
-            _derive(con, start)
-            moved = con.execute(
-                "UPDATE analytics_tracking SET position = $new "
-                "WHERE name = $name AND position = $old RETURNING position",
-                {"new": last, "name": TRACKING_NAME, "old": start},
-            ).fetchall()
-            if len(moved) != 1:
-                raise TrackingConflict(f"analytics position is no longer {start}")
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
-        applied += len(notifications)
-        sections += 1
-        del notifications, stage
-        if after_section is not None:
-            after_section(last)
+            last, count, stage = got
+            ahead = pool.submit(read, last) if more(last, sections + 1) else None
+            _apply_section(con, stage, start, last)
+            del stage, got
+            applied += count
+            sections += 1
+            start = last
+            if after_section is not None:
+                after_section(last)
     return applied
+
+
+def _apply_section(con: Any, stage: Any, start: int, last: int) -> None:
+    """Events, derived rows and tracking of one section, in one DuckDB transaction."""
+    con.begin()
+    try:
+        con.register("stage", stage)
+        con.execute(extract.insert_events_sql())
+        con.unregister("stage")
+        _derive(con, start)
+        moved = con.execute(
+            "UPDATE analytics_tracking SET position = $new "
+            "WHERE name = $name AND position = $old RETURNING position",
+            {"new": last, "name": TRACKING_NAME, "old": start},
+        ).fetchall()
+        if len(moved) != 1:
+            raise TrackingConflict(f"analytics position is no longer {start}")
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
 
 
 @contextlib.contextmanager
