@@ -249,7 +249,7 @@ def test_reader_while_the_writer_catches_up(services: Services, tmp_path: Path) 
     catch_up(services.ledger, data)
     first = services.ledger.max_position()
     reader = subprocess.Popen(
-        [sys.executable, "-c", READER, str(data), "20"], env=settings_env(services.settings),
+        [sys.executable, "-c", READER, str(data), "30"], env=settings_env(services.settings),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -260,7 +260,7 @@ def test_reader_while_the_writer_catches_up(services: Services, tmp_path: Path) 
         t0 = time.monotonic()
         applied = catch_up(services.ledger, data, section=500)
         assert applied == services.ledger.max_position() - first
-        assert time.monotonic() - t0 < 20, "the writer waited for the reader"
+        assert time.monotonic() - t0 < 30, "the writer waited for the reader"
         con = open_snapshot(data)  # a new reader sees the new position
         assert con.execute("SELECT count(*) FROM events").fetchone()[0] == (
             services.ledger.max_position())
