@@ -36,6 +36,7 @@ from starlette.routing import Route
 from api import context as context_api
 from api import stream, viewer
 from api.access import TokenMiddleware
+from api.analytics import routes as analytics_routes
 from api.bootstrap import Services
 from api.commands import routes as command_routes
 from api.hooks_ingest import HookIngest
@@ -161,6 +162,7 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
             *plan_routes(services),
             *stream.routes(services),
             *viewer.routes(),
+            *analytics_routes(services),
         ],
         lifespan=lifespan,
         middleware=[Middleware(TokenMiddleware, token=token)] if token else [],

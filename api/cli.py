@@ -258,6 +258,11 @@ from api.cli_hooks import doctor, install_hooks, uninstall_hooks  # noqa: E402
 main.add_command(install_hooks)
 main.add_command(uninstall_hooks)
 main.add_command(doctor)
+from api.cli_analytics import analytics as _analytics  # noqa: E402
+from api.cli_analytics import sql as _sql  # noqa: E402
+
+main.add_command(_sql)
+main.add_command(_analytics)
 
 if __name__ == "__main__":
     main()

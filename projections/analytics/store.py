@@ -1,0 +1,170 @@
+"""The DuckDB files of the analytics read model: the writer's file, its lock, snapshots.
+
+Layout under the data directory (see docs/analytics.md for why):
+
+* ``analytics.duckdb`` — written by exactly one process at a time: whoever catches up
+  holds an exclusive ``flock`` on ``analytics.lock`` while the file is open.
+* ``analytics-snapshots/analytics-<position>.duckdb`` — a copy of the writer's file
+  published after each catch-up that moved the position (copied to a temporary name,
+  then renamed into place). Readers open the newest one ``read_only``; they never open
+  the writer's file, so a reader never blocks the writer and the writer never breaks
+  a reader (a rename leaves an open snapshot's inode alive).
+
+DDL: every time column is ``TIMESTAMP`` in UTC; tokens are counts; ``duration_ms``
+milliseconds; ``cost_usd`` USD. The tracking position lives in the same file
+(``analytics_tracking``), written in the same transaction as the rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TRACKING_NAME = "analytics"
+SNAPSHOT_DIR = "analytics-snapshots"
+KEEP_SNAPSHOTS = 2
+"""Snapshots kept: the newest and the one before (a reader may be opening it)."""
+
+DDL = """
+CREATE TABLE IF NOT EXISTS analytics_tracking (
+    name VARCHAR PRIMARY KEY, position BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS analytics_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS events (
+    position BIGINT NOT NULL,          -- notification log position
+    stream_id UUID NOT NULL,           -- session id (or quarantine stream id)
+    version INTEGER NOT NULL,          -- 1-based position in the stream
+    stream_type VARCHAR NOT NULL,      -- Session | Quarantine
+    kind VARCHAR NOT NULL,             -- event class name, e.g. ToolCallStarted
+    event_key VARCHAR, agent VARCHAR, source_format VARCHAR, source_version VARCHAR,
+    status VARCHAR, batch INTEGER,
+    occurred_at TIMESTAMP,             -- source clock (UTC), when the source has one
+    recorded_at TIMESTAMP,             -- ledger clock (UTC)
+    digest VARCHAR,
+    -- facts of the kinds that carry them (NULL otherwise)
+    model VARCHAR, message_id VARCHAR,
+    input_tokens BIGINT, output_tokens BIGINT,
+    cache_creation_input_tokens BIGINT, cache_read_input_tokens BIGINT,
+    tool_use_id VARCHAR, tool_name VARCHAR, is_error BOOLEAN, error VARCHAR,
+    duration_ms BIGINT, interrupted BOOLEAN,
+    prompt_kind VARCHAR, prompt_text VARCHAR, reason VARCHAR,
+    external_id VARCHAR, parent_id UUID, agent_type VARCHAR, cwd VARCHAR,
+    parent_tool_use_id VARCHAR, cost_usd DOUBLE  -- CostReported: the agent's own figure
+);
+CREATE TABLE IF NOT EXISTS model_prices (
+    model VARCHAR PRIMARY KEY,         -- the name as the usage records give it
+    priced BOOLEAN NOT NULL,
+    input DOUBLE, output DOUBLE, cache_read DOUBLE, cache_write DOUBLE  -- USD / MTok
+);
+CREATE TABLE IF NOT EXISTS usage (
+    session_id UUID NOT NULL, message_id VARCHAR NOT NULL, model VARCHAR,
+    input_tokens BIGINT, output_tokens BIGINT,
+    cache_creation_input_tokens BIGINT, cache_read_input_tokens BIGINT,
+    cost_usd DOUBLE,                   -- NULL when the model has no price
+    batch INTEGER, occurred_at TIMESTAMP, position BIGINT, records INTEGER
+);
+CREATE TABLE IF NOT EXISTS tool_calls (
+    session_id UUID NOT NULL, tool_use_id VARCHAR NOT NULL, batch INTEGER,
+    tool_name VARCHAR, status VARCHAR, is_error BOOLEAN, error VARCHAR,
+    interrupted BOOLEAN, started_at TIMESTAMP, completed_at TIMESTAMP,
+    duration_ms BIGINT, start_position BIGINT, end_position BIGINT
+);
+CREATE TABLE IF NOT EXISTS prompt_batches (
+    session_id UUID NOT NULL, batch INTEGER NOT NULL, prompt VARCHAR, prompt_kind VARCHAR,
+    status VARCHAR, started_at TIMESTAMP, ended_at TIMESTAMP, end_reason VARCHAR,
+    tool_call_count INTEGER, tool_error_count INTEGER,
+    input_tokens BIGINT, output_tokens BIGINT, cost_usd DOUBLE,
+    first_position BIGINT, last_position BIGINT
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id UUID NOT NULL, agent VARCHAR, external_id VARCHAR, parent_id UUID,
+    parent_tool_use_id VARCHAR, agent_type VARCHAR, cwd VARCHAR, model VARCHAR,
+    status VARCHAR, prompt_count INTEGER, batch_count INTEGER,
+    tool_call_count INTEGER, tool_error_count INTEGER,
+    input_tokens BIGINT, output_tokens BIGINT,
+    cache_creation_input_tokens BIGINT, cache_read_input_tokens BIGINT,
+    cost_usd DOUBLE, unpriced_tokens BIGINT, agent_cost_usd DOUBLE,
+    event_count INTEGER, started_at TIMESTAMP, last_activity_at TIMESTAMP,
+    ended_at TIMESTAMP, first_recorded_at TIMESTAMP, last_recorded_at TIMESTAMP,
+    first_position BIGINT, head_version INTEGER, head_position BIGINT
+);
+"""
+
+READ_MODEL_TABLES = ("events", "usage", "tool_calls", "prompt_batches", "sessions")
+
+
+def analytics_path(data_dir: Path) -> Path:
+    """The writer's DuckDB file."""
+    return Path(data_dir) / "analytics.duckdb"
+
+
+def snapshot_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / SNAPSHOT_DIR
+
+
+def snapshots(data_dir: Path) -> list[tuple[int, Path]]:
+    """Published snapshots as (position, path), oldest first."""
+    found = []
+    for p in snapshot_dir(data_dir).glob("analytics-*.duckdb"):
+        with contextlib.suppress(ValueError):
+            found.append((int(p.stem.removeprefix("analytics-")), p))
+    return sorted(found)
+
+
+@contextlib.contextmanager
+def writer_lock(data_dir: Path) -> Iterator[None]:
+    """Exclusive inter-process lock for writing ``analytics.duckdb`` (blocks until free).
+
+    ``flock`` is released by the kernel when the holder dies (even by SIGKILL), so a
+    killed catch-up never leaves a stale lock behind.
+    """
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(data_dir) / "analytics.lock", "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def open_writer(data_dir: Path) -> Any:
+    """Open (creating) the writer's file with the schema. Call under :func:`writer_lock`."""
+    import duckdb
+
+    con = duckdb.connect(str(analytics_path(data_dir)))
+    con.execute(DDL)
+    con.execute(
+        "INSERT INTO analytics_tracking VALUES (?, 0) ON CONFLICT DO NOTHING", [TRACKING_NAME]
+    )
+    return con
+
+
+def publish(data_dir: Path, position: int) -> Path:
+    """Copy the (closed, checkpointed) writer's file to ``analytics-<position>.duckdb``.
+
+    Call under :func:`writer_lock` after closing the writer's connection. Keeps the
+    newest :data:`KEEP_SNAPSHOTS` snapshots; older ones are unlinked (a reader that
+    still has one open keeps reading it: the inode lives until it is closed).
+    """
+    target = snapshot_dir(data_dir) / f"analytics-{position:012d}.duckdb"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(analytics_path(data_dir), tmp)
+        os.replace(tmp, target)
+    for _, old in snapshots(data_dir)[:-KEEP_SNAPSHOTS]:
+        with contextlib.suppress(FileNotFoundError):
+            old.unlink()
+    return target
+
+
+def remove_all(data_dir: Path) -> None:
+    """Delete the writer's file (and its WAL). Call under :func:`writer_lock`."""
+    for p in (analytics_path(data_dir), Path(str(analytics_path(data_dir)) + ".wal")):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()

@@ -1,0 +1,95 @@
+"""``hookledger sql``, ``hookledger analytics`` and ``GET /v1/analytics/{query}`` against a
+real store (CLI subprocesses, a real server), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+from conftest import FIXTURES, Server, cli
+
+from ledger.config import Settings
+
+AGENTCMD = FIXTURES / "agentcmd-claude-transcripts"
+
+
+def test_sql_formats_and_read_only(settings: Settings, tmp_path: Path) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    stats = json.loads(cli(settings, "stats", "--json").stdout)
+    q = "SELECT count(*) AS n, count(DISTINCT stream_id) AS streams FROM events"
+    rows = json.loads(cli(settings, "sql", q, "--format", "json").stdout)
+    assert rows == [{"n": stats["events"], "streams": rows[0]["streams"]}]
+    assert rows[0]["streams"] >= stats["sessions"]
+    out = cli(settings, "sql", "SELECT id, agent FROM sessions ORDER BY id", "--format", "csv")
+    table = list(csv.reader(io.StringIO(out.stdout.decode())))
+    assert table[0] == ["id", "agent"] and len(table) == 1 + stats["sessions"]
+    text = cli(settings, "sql", "SELECT count(*) AS n FROM tool_calls").stdout.decode()
+    assert "n" in text.splitlines()[0] and "(1 rows)" in text
+    target = tmp_path / "usage.parquet"
+    cli(settings, "sql", "SELECT * FROM usage", "--format", "parquet", "--output", str(target))
+    n_usage = json.loads(cli(settings, "sql", "SELECT count(*) AS n FROM usage",
+                             "--format", "json").stdout)[0]["n"]
+    assert pq.read_table(target).num_rows == n_usage > 0
+    denied = cli(settings, "sql", "DELETE FROM events", check=False)
+    assert denied.returncode == 1 and b"read-only" in denied.stderr
+    after = json.loads(cli(settings, "sql", q, "--format", "json").stdout)
+    assert after == rows  # nothing was deleted
+    bad = cli(settings, "sql", "SELECT * FROM no_such_table", check=False)
+    assert bad.returncode == 1 and b"no_such_table" in bad.stderr
+
+
+def test_analytics_command(settings: Settings) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    listing = cli(settings, "analytics").stdout.decode()
+    for name in ("cost-per-day", "tool-usage", "session-durations", "error-rate",
+                 "busiest-projects"):
+        assert name in listing
+    tools = json.loads(cli(settings, "analytics", "tool-usage", "--json").stdout)
+    total = json.loads(cli(settings, "sql", "SELECT count(*) AS n FROM tool_calls",
+                           "--format", "json").stdout)[0]["n"]
+    assert sum(t["calls"] for t in tools) == total > 0
+    unknown = cli(settings, "analytics", "nope", check=False)
+    assert unknown.returncode == 2 and b"unknown query" in unknown.stderr
+    bad = cli(settings, "analytics", "tool-usage", "--since", "last tuesday", check=False)
+    assert bad.returncode == 2 and b"since" in bad.stderr
+    rebuilt = cli(settings, "analytics", "--rebuild", "tool-usage", "--json")
+    assert json.loads(rebuilt.stdout) == tools
+
+
+def test_http_named_queries(settings: Settings) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    expected = json.loads(cli(settings, "analytics", "error-rate", "--json").stdout)
+    srv = Server(settings).start()
+    try:
+        listing = httpx.get(srv.url + "/v1/analytics", timeout=30).json()
+        assert "busiest-projects" in listing["queries"]
+        r = httpx.get(srv.url + "/v1/analytics/error-rate", timeout=60)
+        assert r.status_code == 200 and r.json()["rows"] == expected
+        r = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"limit": 2}, timeout=60)
+        assert r.status_code == 200 and len(r.json()["rows"]) == 2
+        # since after every usage record: no rows
+        r = httpx.get(srv.url + "/v1/analytics/cost-per-day", params={"since": "2100-01-01"},
+                      timeout=60)
+        assert r.status_code == 200 and r.json()["rows"] == []
+        assert httpx.get(srv.url + "/v1/analytics/nope", timeout=30).status_code == 404
+        r = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"since": "soon"}, timeout=60)
+        assert r.status_code == 400 and "since" in r.json()["error"]
+        r = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"sql": "SELECT 1"},
+                      timeout=60)
+        assert r.status_code == 400  # no SQL over HTTP
+        assert httpx.post(srv.url + "/v1/analytics/tool-usage", timeout=30).status_code == 405
+        # a hook through the server shows up in the next answer
+        hook = {"session_id": "analytics-http-1", "hook_event_name": "PreToolUse",
+                "tool_name": "ZzzProbe", "tool_input": {}, "tool_use_id": "toolu_probe",
+                "cwd": "/tmp", "transcript_path": "/tmp/x.jsonl"}
+        posted = httpx.post(srv.url + "/v1/hooks/claude-code", json=hook, timeout=30)
+        assert posted.status_code == 202
+        rows = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"limit": 1000},
+                         timeout=60).json()["rows"]
+        assert [r["calls"] for r in rows if r["tool_name"] == "ZzzProbe"] == [1]
+    finally:
+        srv.stop()
