@@ -161,11 +161,15 @@ def verify_export(path: Path) -> ExportReport:
             s = streams.get(stream_id)
             if s is None:
                 d = declared.get(stream_id)
-                if not isinstance(d, dict):
+                if d is None:
                     problem(row, "stream is not in the manifest", rec, file=name)
                     d = {"first_version": rec["version"], "prev_digest": ""}
-                s = streams[stream_id] = _Stream(int(d.get("first_version", 1)),
-                                                 str(d.get("prev_digest", "")))
+                first_version, prev_digest = d.get("first_version"), d.get("prev_digest")
+                if not isinstance(first_version, int) or not isinstance(prev_digest, str):
+                    problem(row, "the manifest's first_version/prev_digest of this stream are "
+                                 "missing or malformed", rec, file=name)
+                    first_version, prev_digest = rec["version"], ""
+                s = streams[stream_id] = _Stream(first_version, prev_digest)
             message = _check_record(rec, s)
             if message:
                 problem(row, message, rec, file=name)
@@ -193,6 +197,8 @@ def _check_record(rec: dict[str, Any], s: _Stream) -> str | None:
         state = orjson.loads(rec["canonical"])
     except orjson.JSONDecodeError:
         return "canonical is not valid JSON (altered)"
+    if not isinstance(state, dict):
+        return "canonical is not a JSON object (altered)"
     if (state.get("originator_id"), state.get("originator_version"), state.get("kind")) != (
         rec["stream_id"], rec["version"], rec["kind"]
     ):
