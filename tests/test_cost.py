@@ -213,9 +213,29 @@ def test_unknown_model_is_unpriced_and_replacement_moves_the_difference(services
     _check_batches_add_up(services, s)
 
 
+def test_every_fixture_session_is_priced_from_its_usage(services: Services) -> None:
+    """A store holding every importable fixture (every agent whose source is present):
+    each session's cost is the sum of its usage rows priced with the table (read with
+    plain json here), unknown models are counted as unpriced, and batches add up."""
+    import_paths(services.ledger, [FIXTURES])
+    services.runner.catch_up()
+    sessions = queries.list_sessions(services.models)
+    assert len({s["agent"] for s in sessions}) >= 1
+    priced = 0
+    for s in sessions:
+        usage = _rows(services, "session_usage", s["id"])
+        known = [u for u in usage if _price(u["model"]) is not None]
+        want = sum(_usd(_price(u["model"]), u) for u in known)  # type: ignore[arg-type]
+        assert s["cost_usd"] == pytest.approx(want, rel=1e-9, abs=1e-12), s["external_id"]
+        unknown = [u for u in usage if _price(u["model"]) is None]
+        assert s["unpriced_tokens"] == sum(u[t] for u in unknown for t in TOKENS)
+        _check_batches_add_up(services, s)
+        priced += want > 0
+    assert priced >= 10
+
+
 def test_cli_and_api_show_cost(settings) -> None:  # type: ignore[no-untyped-def]
-    path = FIXTURES / "spotter-claude-transcripts"
-    cli(settings, "import", str(path))
+    cli(settings, "import", str(FIXTURES))
     rows = json.loads(cli(settings, "sessions", "--json").stdout)
     assert rows and all({"agent", "cost_usd", "agent_cost_usd", "unpriced_tokens"} <= r.keys()
                         for r in rows)
