@@ -168,6 +168,7 @@ def hot_path(data: Path, n: int) -> dict[str, float]:
         out[f"{name}_p99_ms"] = pct(vals, 99)
     out["PostToolUse_p50_x_floor"] = out["PostToolUse_p50_ms"] / out["floor_p50_ms"]
     out["PostToolUse_p99_x_floor"] = out["PostToolUse_p99_ms"] / out["floor_p50_ms"]
+    out["PostToolUse_p99_x_floor_p99"] = out["PostToolUse_p99_ms"] / out["floor_p99_ms"]
     out["SessionStart_p50_x_floor"] = out["SessionStart_p50_ms"] / out["floor_p50_ms"]
     out["SessionStart_p99_x_floor"] = out["SessionStart_p99_ms"] / out["floor_p50_ms"]
     out["command"] = " ".join(command)  # type: ignore[assignment]
