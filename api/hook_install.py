@@ -30,24 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import api.hot_path
+from ledger.sources.claude_hooks import HOOK_EVENTS
 
 HOT_PATH = Path(api.hot_path.__file__).resolve().parent
 
-EVENTS = (
-    "SessionStart",
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "Notification",
-    "Stop",
-    "SubagentStart",
-    "SubagentStop",
-    "PreCompact",
-    "SessionEnd",
-    "PermissionRequest",
-)
-"""FORMATS.md A1 (the events ``ledger.sources.claude_hooks.KNOWN_HOOKS`` parses)."""
+EVENTS = HOOK_EVENTS
+"""FORMATS.md A1: every event ``ledger.sources.claude_hooks`` parses."""
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
 TIMEOUT_S = 10
 BACKUP_GLOB = ".hookledger-*.bak"

@@ -50,22 +50,23 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
     )
 }
 
-KNOWN_HOOKS = frozenset(
-    {
-        "SessionStart",
-        "UserPromptSubmit",
-        "PreToolUse",
-        "PostToolUse",
-        "PostToolUseFailure",
-        "Notification",
-        "Stop",
-        "SubagentStart",
-        "SubagentStop",
-        "PreCompact",
-        "SessionEnd",
-        "PermissionRequest",
-    }
+HOOK_EVENTS = (
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "Stop",
+    "SubagentStart",
+    "SubagentStop",
+    "PreCompact",
+    "SessionEnd",
+    "PermissionRequest",
 )
+"""Every ``hook_event_name`` of FORMATS.md A1, in the docs' order (``install-hooks`` writes
+them in this order)."""
+KNOWN_HOOKS = frozenset(HOOK_EVENTS)
 
 
 class HookPayloadError(ValueError):
