@@ -31,7 +31,7 @@ record, ``O_APPEND`` under an exclusive ``flock``, then ``fdatasync``::
     <body bytes>\\n
 
 ``<redactions>``: present when secrets were redacted here (a payload holding one of
-:data:`SECRET_LITERALS` takes the slow branch, :func:`redact_secrets_body`): the
+:data:`SECRET_RULES`' literals takes the slow branch, :func:`redact_secrets_body`): the
 redactions (kind, path, count) as compact JSON, recorded by the server with the event.
 """
 
@@ -69,61 +69,50 @@ _TAG_ESCAPES = frozenset(
     )
 )
 _SPACE = " \t\n\r\f\v"
-# Every secret rule of ledger.secrets needs one of these (lower-cased, minimal: a longer
-# literal holding a shorter one is left out) in the text; tests/test_hook_journal.py
-# keeps the tuple equal to the catalogue's.
-SECRET_LITERALS = (
-    b'://',
-    b'@',
-    b'abia',
-    b'acca',
-    b'aiza',
-    b'akia',
-    b'asia',
-    b'authorization',
-    b'basic',
-    b'bearer',
-    b'credential',
-    b'eyj',
-    b'gho_',
-    b'ghp_',
-    b'ghr_',
-    b'ghs_',
-    b'ghu_',
-    b'github_pat_',
-    b'gldt-',
-    b'glft-',
-    b'glpat-',
-    b'glptt-',
-    b'glrt-',
-    b'glsoat-',
-    b'gocspx-',
-    b'hf_',
-    b'hooks.slack.com',
-    b'key',
-    b'npm_',
-    b'pass',
-    b'pwd',
-    b'pypi-ageichlwas5vcmc',
-    b'q~',
-    b'rk_live_',
-    b'rk_test_',
-    b'secret',
-    b'sg.',
-    b'sig=',
-    b'sk-',
-    b'sk_live_',
-    b'sk_test_',
-    b'token',
-    b'whsec_',
-    b'xapp-',
-    b'xoxa-',
-    b'xoxb-',
-    b'xoxe-',
-    b'xoxp-',
-    b'xoxr-',
-    b'xoxs-',
-    b'ya29.',
+# (any case?, literals of which one must occur, literals that all must occur) of every
+# secret rule of ledger.secrets (case-insensitive rules' literals lower-cased);
+# tests/test_hook_journal.py keeps this equal to the catalogue.
+SECRET_RULES = (
+    (False, (b'://',), (b'@',)),
+    (False, (b'ABIA', b'ACCA', b'AKIA', b'ASIA'), ()),
+    (False, (b'AIza',), ()),
+    (False, (b'CREDENTIAL', b'KEY', b'PASS', b'PWD', b'SECRET', b'TOKEN'), ()),
+    (False, (b'GOCSPX-',), ()),
+    (False, (b'PRIVATE KEY',), ()),
+    (False, (b'Q~',), ()),
+    (False, (b'SG.',), ()),
+    (False, (b'_authToken',), ()),
+    (False, (b'eyJ',), ()),
+    (False, (b'gho_',), ()),
+    (False, (b'ghp_',), ()),
+    (False, (b'ghr_',), ()),
+    (False, (b'ghs_',), ()),
+    (False, (b'ghu_',), ()),
+    (False, (b'github_pat_',), ()),
+    (False, (b'gldt-', b'glft-', b'glpat-', b'glptt-', b'glrt-', b'glsoat-'), ()),
+    (False, (b'hf_',), ()),
+    (False, (b'hooks.slack.com',), ()),
+    (False, (b'npm_',), ()),
+    (False, (b'private_key_id',), ()),
+    (False, (b'pypi-AgEIcHlwaS5vcmc',), ()),
+    (False, (b'rk_live_', b'rk_test_', b'sk_live_', b'sk_test_'), ()),
+    (False, (b'sig=',), ()),
+    (False, (b'sk-',), ()),
+    (False, (b'sk-ant-',), ()),
+    (False, (b'whsec_',), ()),
+    (False, (b'xapp-', b'xoxa-', b'xoxb-', b'xoxe-', b'xoxp-', b'xoxr-', b'xoxs-'), ()),
+    (False, (b'ya29.',), ()),
+    (True, (b'accountkey',), ()),
+    (True, (b'basic',), (b'authorization',)),
+    (True, (b'bearer',), ()),
+    (
+        True,
+        (b'key"', b'key\\"', b'passwd"', b'passwd\\"', b'password"', b'password\\"',
+         b'secret"', b'secret\\"', b'token"', b'token\\"'),
+        (),
+    ),
+    (True, (b'passwd', b'password'), ()),
+    (True, (b'secret',), ()),
 )
 
 
@@ -161,13 +150,23 @@ def record_bytes(agent: str, body: bytes, key: str, at: str, redactions: bytes =
 
 
 def may_hold_secret(body: bytes) -> bool:
-    """Exact pre-check: False only when no string of the JSON ``body`` can hold a secret
-    of the catalogue (no rule literal in any case, no escape that could spell one)."""
+    """Exact pre-check: False only when no rule of the catalogue can match a string of
+    the JSON ``body`` (its literals absent in the rule's case; no escape that could
+    spell one)."""
     lower = body.lower()
     if b"\\u00" in lower or b"\\/" in lower:
         return True
-    for literal in SECRET_LITERALS:  # noqa: SIM110 - no generator on the hot path
-        if literal in lower:
+    for any_case, any_of, all_of in SECRET_RULES:
+        hay = lower if any_case else body
+        for literal in any_of:
+            if literal in hay:
+                break
+        else:
+            continue
+        for literal in all_of:
+            if literal not in hay:
+                break
+        else:
             return True
     return False
 
