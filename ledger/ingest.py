@@ -13,7 +13,6 @@ import orjson
 
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected
-from ledger.privacy import may_hold_private
 from ledger.sources import claude_hooks, codex_hooks, cursor_hooks, gemini_hooks, openclaw_hooks
 
 HOOK_PARSERS = {
@@ -86,11 +85,9 @@ def parse_hook_body(
             reason = "not valid UTF-8 JSON"
         return _reject(source, capture_key, reason, body, agent, edge)
     try:
-        # Claude Code payloads skip the privacy walk when the bytes cannot hold anything
-        # to redact (the pre-check is exact).
-        extra = {"may_hold_private": bool(may_hold_private(body))} if module is claude_hooks else {}
+        # The body lets privacy skip the walk (or try only some secret rules).
         observations: list[Observation | Rejected] = [
-            *module.parse_hook(payload, capture_key, at, **extra)
+            *module.parse_hook(payload, capture_key, at, raw=body)
         ]
     except claude_hooks.HookPayloadError as e:
         return _reject(source, capture_key, str(e), body, agent, edge)

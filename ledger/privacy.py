@@ -88,12 +88,16 @@ def strip_private(
     """Apply :func:`redact_text` to every string (values and keys) in a JSON value, and
     redact whole a string value whose key names a secret.
 
-    ``raw``: the JSON text ``value`` was decoded from, when the caller has it: only the
-    secret rules whose literals occur in it are tried (:func:`ledger.secrets.rules_for`).
+    ``raw``: the JSON text ``value`` was decoded from, when the caller has it: the walk
+    is skipped when :func:`may_hold_private` says nothing in it can need redacting, and
+    else only the secret rules whose literals occur in it are tried
+    (:func:`ledger.secrets.rules_for`).
     Returns the cleaned value (a new object only where something changed) and a list of
     redaction dicts ``{"kind": ..., "path": ..., "count": n}``.
     """
     redactions: list[dict[str, Any]] = []
+    if raw is not None and not may_hold_private(raw):
+        return value, redactions
     rules = rules_for(raw, value) if raw is not None else None
     return _walk(value, path, redactions, rules), redactions
 

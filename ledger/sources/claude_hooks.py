@@ -74,7 +74,7 @@ class HookPayloadError(ValueError):
 
 
 def parse_hook(
-    payload: Any, capture_key: str, captured_at: datetime, *, may_hold_private: bool = True
+    payload: Any, capture_key: str, captured_at: datetime, *, raw: bytes | None = None
 ) -> list[Observation]:
     """Turn one hook payload into observations.
 
@@ -82,8 +82,9 @@ def parse_hook(
         payload: the decoded stdin JSON of the hook call.
         capture_key: idempotency key assigned once at capture (kept through retries).
         captured_at: capture time (the hook's ``occurred_at``; payloads carry no clock).
-        may_hold_private: False only when the raw body passed
-            :func:`ledger.privacy.may_hold_private` as False (skips the string walk).
+        raw: the body ``payload`` was decoded from, when known: privacy then walks the
+            payload only if the bytes may hold something to redact, trying only the
+            secret rules whose literals occur (:func:`ledger.privacy.strip_private`).
 
     Raises:
         HookPayloadError: not a JSON object, or ``session_id``/``hook_event_name``
@@ -97,7 +98,7 @@ def parse_hook(
         raise HookPayloadError("hook payload has no session_id")
     if not isinstance(name, str) or not name:
         raise HookPayloadError("hook payload has no hook_event_name")
-    payload, redactions = strip_private(payload) if may_hold_private else (payload, [])
+    payload, redactions = strip_private(payload, raw=raw)
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
     agent_id = payload.get("agent_id")
     agent_type = payload.get("agent_type") if isinstance(payload.get("agent_type"), str) else None

@@ -61,7 +61,9 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
 }
 
 
-def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
+def parse_hook(
+    payload: Any, capture_key: str, captured_at: datetime, *, raw: bytes | None = None
+) -> list[Observation]:
     """Turn one Codex hook payload into observations.
 
     Args:
@@ -81,7 +83,7 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
         raise HookPayloadError("hook payload has no session_id")
     if name is None:
         raise HookPayloadError("hook payload has no hook_event_name")
-    payload, redactions = strip_private(payload)
+    payload, redactions = strip_private(payload, raw=raw)
     ref = SessionRef(AGENT, sid, None, None, str_or_none(payload.get("cwd")))
     key = f"hook:{capture_key}"
     common: dict[str, Any] = {

@@ -89,7 +89,9 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
     ),
 }
 
-def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
+def parse_hook(
+    payload: Any, capture_key: str, captured_at: datetime, *, raw: bytes | None = None
+) -> list[Observation]:
     """Turn one Cursor hook payload into observations (``occurred_at`` = capture time).
 
     Raises:
@@ -97,7 +99,7 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
             or no ``hook_event_name``.
     """
     sid, name = hook_envelope(payload, ("conversation_id", "session_id"), "hook_event_name")
-    payload, redactions = strip_private(payload)
+    payload, redactions = strip_private(payload, raw=raw)
     roots = payload.get("workspace_roots")
     project = roots[0] if isinstance(roots, list) and roots and isinstance(roots[0], str) else None
     ref = SessionRef(AGENT, sid, cwd=project)

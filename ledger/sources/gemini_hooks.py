@@ -73,7 +73,9 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
     ),
 }
 
-def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
+def parse_hook(
+    payload: Any, capture_key: str, captured_at: datetime, *, raw: bytes | None = None
+) -> list[Observation]:
     """Turn one Gemini CLI hook payload into observations.
 
     Raises:
@@ -81,7 +83,7 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
             missing or not strings.
     """
     sid, name = hook_envelope(payload, ("session_id",), "hook_event_name")
-    payload, redactions = strip_private(payload)
+    payload, redactions = strip_private(payload, raw=raw)
     ref = SessionRef(AGENT, sid, cwd=as_str(payload.get("cwd")))
     key = f"hook:{capture_key}"
     at = parse_time(payload.get("timestamp")) or captured_at

@@ -79,7 +79,9 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
     ),
 }
 
-def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Observation]:
+def parse_hook(
+    payload: Any, capture_key: str, captured_at: datetime, *, raw: bytes | None = None
+) -> list[Observation]:
     """Turn one ``{hook, event, ctx}`` envelope into observations.
 
     Raises:
@@ -106,7 +108,7 @@ def parse_hook(payload: Any, capture_key: str, captured_at: datetime) -> list[Ob
     )
     if sid is None:
         raise HookPayloadError("hook payload has no event.sessionId/ctx.sessionId/sessionKey")
-    payload, redactions = strip_private(payload)
+    payload, redactions = strip_private(payload, raw=raw)
     event = payload.get("event", {})
     ref = SessionRef(AGENT, sid)
     key = f"hook:{capture_key}"
