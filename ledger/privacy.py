@@ -96,9 +96,15 @@ def strip_private(
     redaction dicts ``{"kind": ..., "path": ..., "count": n}``.
     """
     redactions: list[dict[str, Any]] = []
-    if raw is not None and not may_hold_private(raw):
-        return value, redactions
     rules = rules_for(raw, value) if raw is not None else None
+    if (
+        rules is not None
+        and not rules.rules
+        and not rules.fields
+        and b"private" not in raw.lower()  # type: ignore[union-attr]
+        and b"\\u" not in raw  # type: ignore[operator]
+    ):
+        return value, redactions  # nothing in the bytes can need redacting
     return _walk(value, path, redactions, rules), redactions
 
 

@@ -110,7 +110,15 @@ class Rule:
     def may_match_bytes(self, raw: bytes, lowered: bytes) -> bool:
         hay = lowered if self.ignore_case else raw
         any_b, all_b = _encoded(self)
-        return any(s in hay for s in any_b) and all(s in hay for s in all_b)
+        for s in any_b:  # loops, not generators: this runs for every rule of every record
+            if s in hay:
+                break
+        else:
+            return False
+        for s in all_b:  # noqa: SIM110
+            if s not in hay:
+                return False
+        return True
 
 
 _ENCODED: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
