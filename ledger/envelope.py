@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 import orjson
@@ -35,6 +35,23 @@ class Redaction(BaseModel):
     kind: str
     path: str
     count: int = 1
+
+
+OBSERVATION_KINDS = ("gotcha", "decision", "bug_fix", "trade_off", "discovery")
+"""The classes of a summary's observations."""
+
+
+class MemoryObservation(BaseModel):
+    """One classified note of a summary: ``kind`` (one of :data:`OBSERVATION_KINDS`),
+    ``title`` (one line), ``detail`` (a few sentences at most) and ``files`` it
+    concerns (paths as the agent gave them)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["gotcha", "decision", "bug_fix", "trade_off", "discovery"]
+    title: str
+    detail: str = ""
+    files: tuple[str, ...] = ()
 
 
 class LedgerEvent(BaseModel, CanMutateAggregate[UUID]):

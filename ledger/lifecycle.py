@@ -58,7 +58,7 @@ COMMAND_TRANSITIONS["fork"] = {s: s for s in SessionStatus}
 
 DECISION_KINDS = frozenset(
     {"JobDecided", "BatchClosed", "TimedOut", "ActivitiesAttached", "Archived", "CommandApplied",
-     "ForkedFrom"}
+     "ForkedFrom", "Summarised"}
 )
 """Events written by the ledger's jobs and operators, not observed: never activity."""
 

@@ -18,7 +18,7 @@ import orjson
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
-from ledger.envelope import LedgerEvent, Redaction, seal
+from ledger.envelope import LedgerEvent, MemoryObservation, Redaction, seal
 from ledger.lifecycle import ENDED_STATES, Liveness, SessionStatus
 from ledger.observation import Observation, json_hash
 
@@ -296,6 +296,44 @@ class Session(BaseAggregate[UUID]):
         signal: int | None = None
         reason: str | None = None
         stream_cut: bool = False
+
+    # -- memory: summaries written by the summary worker (api/summaries.py) --
+
+    class Summarised(Event):
+        """A structured summary of prompt batch ``batch`` (``scope`` ``batch``) or of the
+        whole session (``scope`` ``session``), appended by the summary worker from the
+        recorded facts — a ledger-made event, never activity, never observed.
+
+        ``request`` (what was asked), ``investigated``, ``learned``, ``completed``,
+        ``next_steps``: short sentences. ``files_read``, ``files_edited``,
+        ``commands_failed``: the facts they were derived from (paths as the agent gave
+        them; commands as run). ``observations``: classified notes
+        (:class:`~ledger.envelope.MemoryObservation`). ``summariser``: ``deterministic``
+        or ``llm``; for ``llm``: ``model``, ``input_tokens`` / ``output_tokens`` (tokens
+        the summariser spent) and ``cost_usd`` (USD; None when the model has no price).
+        ``fallback_reason``: why a configured LLM summariser was not used
+        (``budget_exhausted:day``, ``budget_exhausted:session``, ``unavailable: …``).
+        ``through_version``: the last stream version whose facts were summarised;
+        ``through_position``: the notification position the worker read up to."""
+
+        scope: str
+        request: str | None = None
+        investigated: tuple[str, ...] = ()
+        learned: tuple[str, ...] = ()
+        completed: tuple[str, ...] = ()
+        next_steps: tuple[str, ...] = ()
+        files_read: tuple[str, ...] = ()
+        files_edited: tuple[str, ...] = ()
+        commands_failed: tuple[str, ...] = ()
+        observations: tuple[MemoryObservation, ...] = ()
+        summariser: str = "deterministic"
+        model: str | None = None
+        input_tokens: int = 0
+        output_tokens: int = 0
+        cost_usd: float | None = None
+        fallback_reason: str | None = None
+        through_version: int
+        through_position: int | None = None
 
     EVENT_CLASSES: ClassVar[dict[str, type[Session.Event]]] = {}
 

@@ -40,8 +40,8 @@ class BatchesProjection(Projection):
         if isinstance(event, Session.BatchClosed | Session.ActivitiesAttached):
             self._lifecycle(rows, position, event)
             return
-        if not isinstance(event, Session.Event):
-            return
+        if not isinstance(event, Session.Event) or isinstance(event, Session.Summarised):
+            return  # a summary is about the batch, not part of it (projections/summaries.py)
         sid = str(event.originator_id)
         key = (sid, event.batch)
         row = rows.get("prompt_batches", key) if event.batch >= 1 else None
