@@ -42,6 +42,7 @@ from api.commands import routes as command_routes
 from api.hooks_ingest import HookIngest
 from api.jobs import run_jobs
 from api.plans import routes as plan_routes
+from api.summaries import SummaryThread
 from ledger.envelope import raw_record
 from ledger.spool import drain
 from projections import queries
@@ -85,16 +86,19 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
     ``token``: when set, requests need it (:class:`api.access.TokenMiddleware`)."""
     background = Background(services)
     hooks = HookIngest(services)
+    summaries = SummaryThread(services, services.settings.summaries_interval_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(lambda: drain(services.ledger, services.settings.data_dir / "spool"))
         background.thread.start()
         await anyio.to_thread.run_sync(hooks.start)
+        summaries.start()
         try:
             async with stream.broadcasting(app, services):
                 yield
         finally:
+            await anyio.to_thread.run_sync(summaries.close)
             hooks.stop()
             background.stop.set()
             background.wake.set()
@@ -138,9 +142,19 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
         events = await anyio.to_thread.run_sync(lambda: _events(services, sid))
         return JSONResponse({"session_id": sid, "events": events})
 
+    async def session_summaries(request: Request) -> Response:
+        await current()
+        sid = await anyio.to_thread.run_sync(
+            lambda: queries.find_session_id(services.models, request.path_params["id"])
+        )
+        if not sid:
+            return JSONResponse({"error": "no such session"}, 404)
+        found = await anyio.to_thread.run_sync(lambda: queries.session_summaries(services.models, sid))
+        return JSONResponse({"session_id": sid, "summaries": found})
+
     async def healthz(_request: Request) -> Response:
         status = await anyio.to_thread.run_sync(services.runner.status)
-        error = background.error or hooks.pump.error
+        error = background.error or hooks.pump.error or summaries.error
         body: dict[str, Any] = {
             "ok": error is None,
             "head": status[0].head if status else 0,
@@ -157,6 +171,7 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
             Route("/v1/sessions", list_sessions),
             Route("/v1/sessions/{id}", get_session),
             Route("/v1/sessions/{id}/events", session_events),
+            Route("/v1/sessions/{id}/summaries", session_summaries),
             Route("/healthz", healthz),
             *command_routes(services),
             *plan_routes(services),

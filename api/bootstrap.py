@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from ledger.app import Ledger
 from ledger.config import Settings
+from ledger.llm_summary import LLMConfig, LLMSummariser
 from ledger.verify import Anchor
 from projections.runner import ProjectionRunner, ReadModels
 from projections.store import make_engine
@@ -23,6 +24,8 @@ class Services:
     ledger: Ledger
     models: ReadModels
     runner: ProjectionRunner
+    summariser: LLMSummariser | None = None
+    """The optional LLM summariser (``settings.llm_base_url``); None: deterministic only."""
 
     def close(self) -> None:
         self.ledger.close()
@@ -46,4 +49,15 @@ def build(settings: Settings, *, cache_size: int = 0) -> Services:
         env["AGGREGATE_CACHE_MAXSIZE"] = str(cache_size)
     ledger = Ledger(env)
     models = ReadModels(make_engine(settings.views_url(), settings.database_schema))
-    return Services(settings, ledger, models, ProjectionRunner(ledger, models))
+    summariser = None
+    if settings.llm_base_url:
+        summariser = LLMSummariser(
+            LLMConfig(
+                base_url=settings.llm_base_url,
+                model=settings.llm_model,
+                api_key=settings.llm_api_key,
+                day_tokens=settings.llm_day_tokens,
+                session_tokens=settings.llm_session_tokens,
+            )
+        )
+    return Services(settings, ledger, models, ProjectionRunner(ledger, models), summariser)

@@ -263,6 +263,9 @@ from api.cli_analytics import sql as _sql  # noqa: E402
 
 main.add_command(_sql)
 main.add_command(_analytics)
+from api.cli_summaries import summaries as _summaries  # noqa: E402
+
+main.add_command(_summaries)
 
 if __name__ == "__main__":
     main()

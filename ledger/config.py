@@ -25,6 +25,18 @@ class Settings:
     """Liveness job: archive sessions ended more than this many days ago."""
     jobs_interval_s: float = 60.0
     """How often ``hookledger serve`` runs the liveness jobs (seconds; 0: never)."""
+    summaries_interval_s: float = 5.0
+    """How often ``hookledger serve`` summarises closed batches and ended sessions
+    (seconds; 0: never)."""
+    llm_base_url: str | None = None
+    """OpenAI-compatible API for the optional LLM summariser (e.g.
+    ``http://127.0.0.1:8080/v1``); None: the deterministic summariser only."""
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str | None = None
+    llm_day_tokens: int = 200_000
+    """LLM summariser budget: tokens per UTC day, all sessions."""
+    llm_session_tokens: int = 20_000
+    """LLM summariser budget: tokens per session."""
 
     @classmethod
     def from_env(cls, data_dir: str | Path | None = None) -> Settings:
@@ -40,6 +52,12 @@ class Settings:
             database_schema=os.environ.get("HOOKLEDGER_DATABASE_SCHEMA") or None,
             archive_after_days=int(os.environ.get("HOOKLEDGER_ARCHIVE_AFTER_DAYS") or 30),
             jobs_interval_s=float(os.environ.get("HOOKLEDGER_JOBS_INTERVAL_S") or 60),
+            summaries_interval_s=float(os.environ.get("HOOKLEDGER_SUMMARIES_INTERVAL_S") or 5),
+            llm_base_url=os.environ.get("HOOKLEDGER_LLM_BASE_URL") or None,
+            llm_model=os.environ.get("HOOKLEDGER_LLM_MODEL") or "gpt-4o-mini",
+            llm_api_key=os.environ.get("HOOKLEDGER_LLM_API_KEY") or None,
+            llm_day_tokens=int(os.environ.get("HOOKLEDGER_LLM_DAY_TOKENS") or 200_000),
+            llm_session_tokens=int(os.environ.get("HOOKLEDGER_LLM_SESSION_TOKENS") or 20_000),
         )
 
     @property

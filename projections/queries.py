@@ -14,6 +14,7 @@ import orjson
 from sqlalchemy import ColumnElement, Table, func, select
 
 from projections.runner import ReadModels
+from projections.summaries import summaries_of
 
 SESSION_FIELDS = (
     "id",
@@ -114,7 +115,18 @@ def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
         out["children"] = [
             r[0] for r in conn.execute(select(s.c.id).where(s.c.parent_id == session_id).order_by(s.c.id))
         ]
+        out["summaries"] = summaries_of(conn, _summary_tables(models), session_id)
         return out
+
+
+def _summary_tables(models: ReadModels) -> dict[str, Table]:
+    return {n: models.table(n) for n in ("summaries", "observations")}
+
+
+def session_summaries(models: ReadModels, session_id: str) -> list[dict[str, Any]]:
+    """A session's summaries with their observations (:func:`projections.summaries.summaries_of`)."""
+    with models.engine.connect() as conn:
+        return summaries_of(conn, _summary_tables(models), session_id)
 
 
 def find_session_id(models: ReadModels, ref: str) -> str | None:

@@ -31,6 +31,7 @@ from projections.rows import RowCache
 from projections.schema import build_tables, tracking_table
 from projections.sessions import SessionsProjection
 from projections.status_history import StatusHistoryProjection
+from projections.summaries import SummariesProjection
 from projections.tool_calls import ToolCallsProjection
 from projections.upgrade import reset_outdated
 
@@ -44,6 +45,7 @@ PROJECTION_CLASSES: dict[str, type[Projection]] = {
         ToolCallsProjection,
         StatusHistoryProjection,
         PlansProjection,
+        SummariesProjection,
     )
 }
 REBUILD_SUFFIX = "__rebuild"

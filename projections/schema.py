@@ -229,6 +229,49 @@ def _plans(md: MetaData, sfx: str) -> list[Table]:
     ]
 
 
+def _summaries(md: MetaData, sfx: str) -> list[Table]:
+    """Summaries and observations (``projections/summaries.py``). List columns hold JSON
+    arrays of strings; ``files`` a JSON array of paths; tokens are counts, ``cost_usd`` USD."""
+    lists = ("investigated", "learned", "completed", "next_steps", "files_read", "files_edited",
+             "commands_failed")
+    return [
+        Table(
+            "summaries" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("scope", String(16), primary_key=True),
+            Column("batch", Integer, primary_key=True),  # 0 for a session summary
+            Column("request", Text),
+            *[Column(n, Text, nullable=False) for n in lists],
+            Column("observation_count", Integer, nullable=False),
+            Column("summariser", String(32), nullable=False),
+            Column("model", Text),
+            Column("input_tokens", BigInteger, nullable=False),
+            Column("output_tokens", BigInteger, nullable=False),
+            Column("cost_usd", Float),
+            Column("fallback_reason", Text),
+            Column("through_version", Integer, nullable=False),
+            Column("through_position", BigInteger),
+            Column("position", BigInteger, nullable=False),
+            Column("recorded_at", String(32), nullable=False),
+        ),
+        Table(
+            "observations" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("position", BigInteger, primary_key=True),
+            Column("idx", Integer, primary_key=True),
+            Column("scope", String(16), nullable=False),
+            Column("batch", Integer, nullable=False),
+            Column("kind", String(16), nullable=False),
+            Column("title", Text, nullable=False),
+            Column("detail", Text, nullable=False),
+            Column("files", Text, nullable=False),
+            Column("recorded_at", String(32), nullable=False),
+        ),
+    ]
+
+
 TABLE_BUILDERS = {
     "sessions": _sessions,
     "batches": _batches,
@@ -236,6 +279,7 @@ TABLE_BUILDERS = {
     "status_history": _status_history,
     "event_index": _event_index,
     "plans": _plans,
+    "summaries": _summaries,
 }
 
 

@@ -1,0 +1,213 @@
+"""``summaries`` and ``observations`` read models, from ``Session.Summarised`` events, and
+the queries the summary worker (:mod:`api.summaries`) nominates work with.
+
+One row per (session, scope, batch): a later summary of the same scope replaces it (a
+session reopened and ended again is summarised again). Observations are kept per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, Table, and_, func, select
+
+from ledger.lifecycle import ENDED_STATES
+from ledger.session import Session
+from ledger.summary import SummaryFacts, ToolFact
+from projections.base import Batch, Projection, iso
+from projections.rows import RowCache
+
+LIST_FIELDS = (
+    "investigated", "learned", "completed", "next_steps", "files_read", "files_edited",
+    "commands_failed",
+)
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class SummariesProjection(Projection):
+    name = "summaries"
+
+    def prefetch(self, rows: RowCache, batch: Batch) -> None:
+        rows.prefetch(
+            "summaries",
+            [(str(e.originator_id), e.scope, _batch_key(e)) for _, e in batch if isinstance(e, Session.Summarised)],
+        )
+
+    def apply(self, rows: RowCache, position: int, event: Any) -> None:
+        if not isinstance(event, Session.Summarised):
+            return
+        sid = str(event.originator_id)
+        batch = _batch_key(event)
+        at = iso(event.timestamp) or ""
+        rows.put(
+            "summaries",
+            (sid, event.scope, batch),
+            {
+                "session_id": sid,
+                "scope": event.scope,
+                "batch": batch,
+                "request": event.request,
+                **{name: _json(getattr(event, name)) for name in LIST_FIELDS},
+                "observation_count": len(event.observations),
+                "summariser": event.summariser,
+                "model": event.model,
+                "input_tokens": event.input_tokens,
+                "output_tokens": event.output_tokens,
+                "cost_usd": event.cost_usd,
+                "fallback_reason": event.fallback_reason,
+                "through_version": event.through_version,
+                "through_position": event.through_position,
+                "position": position,
+                "recorded_at": at,
+            },
+        )
+        for i, o in enumerate(event.observations):
+            rows.put(
+                "observations",
+                (sid, position, i),
+                {
+                    "session_id": sid,
+                    "position": position,
+                    "idx": i,
+                    "scope": event.scope,
+                    "batch": batch,
+                    "kind": o.kind,
+                    "title": o.title,
+                    "detail": o.detail,
+                    "files": _json(o.files),
+                    "recorded_at": at,
+                },
+            )
+
+
+def _batch_key(event: Session.Summarised) -> int:
+    return event.batch if event.scope == "batch" else 0
+
+
+# -- queries --------------------------------------------------------------------------
+
+
+def pending_batches(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int]]:
+    """(session id, batch, session head position) of completed prompt batches that have
+    no summary yet, oldest first."""
+    b, s, sm = tables["prompt_batches"], tables["sessions"], tables["summaries"]
+    done = select(sm.c.session_id).where(
+        sm.c.session_id == b.c.session_id, sm.c.scope == "batch", sm.c.batch == b.c.batch
+    )
+    query = (
+        select(b.c.session_id, b.c.batch, s.c.head_position)
+        .join(s, s.c.id == b.c.session_id)
+        .where(b.c.status == "completed", ~done.exists())
+        .order_by(b.c.last_position, b.c.session_id, b.c.batch)
+        .limit(limit)
+    )
+    return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(query)]
+
+
+def pending_sessions(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int]]:
+    """(session id, position of its latest move into an ended state, head position) of
+    ended sessions with no session summary since that move, oldest first."""
+    s, h, sm = tables["sessions"], tables["status_history"], tables["summaries"]
+    ended = [st.value for st in ENDED_STATES]
+    last_end = (
+        select(h.c.session_id, func.max(h.c.position).label("ended_position"))
+        .where(h.c.to_status.in_(ended))
+        .group_by(h.c.session_id)
+        .subquery()
+    )
+    summary = and_(sm.c.session_id == s.c.id, sm.c.scope == "session")
+    query = (
+        select(s.c.id, last_end.c.ended_position, s.c.head_position)
+        .join(last_end, last_end.c.session_id == s.c.id)
+        .outerjoin(sm, summary)
+        .where(
+            s.c.status.in_(ended),
+            (sm.c.session_id.is_(None)) | (sm.c.through_position < last_end.c.ended_position),
+        )
+        .order_by(last_end.c.ended_position)
+        .limit(limit)
+    )
+    return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(query)]
+
+
+def tokens_spent(conn: Connection, table: Table, since: str, session_id: str) -> tuple[int, int]:
+    """Summariser tokens (prompt + completion) recorded since ``since`` (ISO time), and
+    recorded for ``session_id`` ever."""
+    total = func.coalesce(func.sum(table.c.input_tokens + table.c.output_tokens), 0)
+    day = conn.execute(select(total).where(table.c.recorded_at >= since)).scalar_one()
+    session = conn.execute(select(total).where(table.c.session_id == session_id)).scalar_one()
+    return int(day), int(session)
+
+
+def summaries_of(conn: Connection, tables: dict[str, Table], session_id: str) -> list[dict[str, Any]]:
+    """A session's summaries (session scope first, then batches in order), each with its
+    ``observations``; list fields decoded."""
+    sm, ob = tables["summaries"], tables["observations"]
+    found = conn.execute(
+        select(sm).where(sm.c.session_id == session_id).order_by(sm.c.batch, sm.c.scope)
+    ).mappings()
+    result = []
+    for row in found:
+        item = dict(row)
+        for name in LIST_FIELDS:
+            item[name] = orjson.loads(item[name])
+        obs = conn.execute(
+            select(ob).where(ob.c.session_id == session_id, ob.c.position == row["position"]).order_by(ob.c.idx)
+        ).mappings()
+        item["observations"] = [{**dict(o), "files": orjson.loads(o["files"])} for o in obs]
+        result.append(item)
+    return result
+
+
+def observation_titles(conn: Connection, table: Table, session_id: str) -> set[tuple[str, str]]:
+    """(kind, title) of the observations already recorded for a session."""
+    return {(r[0], r[1]) for r in conn.execute(select(table.c.kind, table.c.title).where(table.c.session_id == session_id))}
+
+
+def all_tables(models: Any, names: Sequence[str]) -> dict[str, Table]:
+    """The named read-model tables of ``models`` (:class:`projections.runner.ReadModels`)."""
+    return {n: models.table(n) for n in names}
+
+
+def _tool_input(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def summary_facts(
+    conn: Connection, tables: dict[str, Table], session_id: str, batch: int | None
+) -> SummaryFacts:
+    """What the read models hold about one prompt batch (``batch``) or, with ``batch``
+    None, the whole session: prompts, tool calls in log order, the final assistant
+    message, how it ended and approved plans."""
+    b, t, p = tables["prompt_batches"], tables["tool_calls"], tables["plans"]
+    batches = select(b).where(b.c.session_id == session_id).order_by(b.c.batch)
+    calls = select(t.c.tool_name, t.c.tool_input, t.c.is_error, t.c.error).where(t.c.session_id == session_id)
+    plans = select(p.c.content).where(p.c.session_id == session_id, p.c.approved.is_(True))
+    if batch is not None:
+        batches = batches.where(b.c.batch == batch)
+        calls = calls.where(t.c.batch == batch)
+        plans = plans.where(p.c.batch == batch)
+    rows = list(conn.execute(batches).mappings())
+    tools = tuple(
+        ToolFact(r[0] or "", _tool_input(r[1]), bool(r[2]), r[3])
+        for r in conn.execute(calls.order_by(t.c.start_position, t.c.tool_use_id))
+    )
+    final = next((r["last_assistant_message"] for r in reversed(rows) if r["last_assistant_message"]), None)
+    return SummaryFacts(
+        scope="session" if batch is None else "batch",
+        prompts=tuple(r["prompt"] for r in rows if r["prompt"]),
+        tools=tools,
+        final_message=final,
+        end_reason=rows[-1]["end_reason"] if rows else None,
+        plans=tuple(c for (c,) in conn.execute(plans.order_by(p.c.first_position)) if c),
+    )

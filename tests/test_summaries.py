@@ -1,0 +1,353 @@
+"""Summaries and observations: the deterministic summariser on the real fixtures, checked
+against an independent reading of the transcripts; the LLM summariser against a local
+stand-in server speaking the OpenAI chat completions API (success, budget exhaustion, a
+dead server, a nonsense answer); idempotency, rebuild, liveness, API and CLI."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from conftest import FIXTURES, Server, cli, free_port
+from sqlalchemy import select
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.bootstrap import Services
+from api.jobs import run_jobs
+from api.summaries import run_summaries
+from ledger.importer import import_paths
+from ledger.llm_summary import LLMConfig, LLMSummariser
+from projections import pricing, queries
+
+CLAUDE_TRANSCRIPTS = sorted(
+    [
+        *(FIXTURES / "spotter-claude-transcripts").glob("*.jsonl"),
+        *(FIXTURES / "agentcmd-claude-transcripts").glob("*.jsonl"),
+        *(FIXTURES / "agent-sessions-schema-drift").glob("claude_*.jsonl"),
+        *(FIXTURES / "claude-code-log-fixtures").glob("*.jsonl"),
+    ]
+)
+LATER = datetime(2030, 1, 1, tzinfo=UTC)  # every fixture session is idle by then
+SPOTTER = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+
+
+def _blocks(path: Path) -> Iterator[dict[str, Any]]:
+    """Content blocks of every parseable record, with plain json (not the ledger's parser)."""
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        msg = rec.get("message") if isinstance(rec, dict) else None
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            yield from (b for b in content if isinstance(b, dict))
+
+
+def independent_facts(path: Path) -> tuple[set[str], set[str]]:
+    """(files edited by successful edit tool calls, Bash commands whose call failed)."""
+    uses: dict[str, tuple[str, dict[str, Any]]] = {}
+    failed: dict[str, bool] = {}
+    for block in _blocks(path):
+        if block.get("type") == "tool_use":
+            uses[block.get("id") or f"no-id-{len(uses)}"] = (block.get("name", ""), block.get("input") or {})
+        elif block.get("type") == "tool_result":
+            failed[block.get("tool_use_id", "")] = bool(block.get("is_error"))
+    edited = {
+        inp.get("file_path") or inp.get("notebook_path")
+        for tid, (name, inp) in uses.items()
+        if name in ("Edit", "MultiEdit", "Write", "NotebookEdit") and not failed.get(tid)
+    }
+    commands = {inp["command"].strip() for tid, (name, inp) in uses.items() if name == "Bash" and failed.get(tid)}
+    return {e for e in edited if e}, commands
+
+
+def _summaries(services: Services) -> list[dict[str, Any]]:
+    t = services.models.table("summaries")
+    with services.models.engine.connect() as conn:
+        rows = [dict(r) for r in conn.execute(select(t).order_by(t.c.session_id, t.c.scope, t.c.batch)).mappings()]
+    for r in rows:
+        for name in ("files_edited", "commands_failed", "files_read"):
+            r[name] = json.loads(r[name])
+    return rows
+
+
+def _close_everything(services: Services) -> None:
+    run_jobs(services, LATER)
+
+
+@pytest.mark.parametrize("path", CLAUDE_TRANSCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_deterministic_summaries_name_the_edited_files_and_failed_commands(services: Services, path: Path) -> None:
+    import_paths(services.ledger, [path])
+    _close_everything(services)
+    report = run_summaries(services, now=LATER)
+    rows = _summaries(services)
+    edited, failed = independent_facts(path)
+    sessions = [r for r in rows if r["scope"] == "session"]
+    batches = [r for r in rows if r["scope"] == "batch"]
+    assert sessions, "every ended session gets a session summary"
+    assert report.written == {"deterministic": len(rows)}
+    assert {f for r in sessions for f in r["files_edited"]} == edited
+    assert {c for r in sessions for c in r["commands_failed"]} == failed
+    # each batch summary holds its own batch's facts; together they cover the session's
+    assert {f for r in batches for f in r["files_edited"]} == edited
+    assert {c for r in batches for c in r["commands_failed"]} == failed
+    assert all(r["summariser"] == "deterministic" and r["input_tokens"] == 0 for r in rows)
+
+
+def test_observations_classify_a_fixed_test_and_a_persisting_failure(services: Services) -> None:
+    """In the spotter session, `mix test …` failed, test files were edited, then it passed;
+    `git push` failed and never passed."""
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    run_summaries(services, now=LATER)
+    ob = services.models.table("observations")
+    with services.models.engine.connect() as conn:
+        found = [dict(r) for r in conn.execute(select(ob)).mappings()]
+    bug_fixes = [o for o in found if o["kind"] == "bug_fix"]
+    assert any("mix test" in o["title"] for o in bug_fixes)
+    edited, _ = independent_facts(SPOTTER)
+    for o in bug_fixes:
+        assert set(json.loads(o["files"])) <= edited and json.loads(o["files"])
+    assert any(o["kind"] == "gotcha" and "git push" in o["title"] for o in found)
+    # session summaries do not repeat the observations of their batches
+    titles = [(o["kind"], o["title"], o["session_id"]) for o in found]
+    assert len(titles) == len(set(titles))
+
+
+def test_second_run_appends_nothing_and_rebuild_reproduces_the_summaries(services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    first = run_summaries(services, now=LATER)
+    assert first.positions
+    head = services.ledger.max_position()
+    again = run_summaries(services, now=LATER + timedelta(hours=1))
+    assert again.positions == [] and services.ledger.max_position() == head
+    before = _summaries(services)
+    services.runner.rebuild("summaries")
+    assert _summaries(services) == before
+
+
+def test_a_summary_is_not_activity(services: Services) -> None:
+    """Summaries never reopen a session, change its status or its last activity, and a
+    later jobs run decides nothing new because of them."""
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    before = queries.list_sessions(services.models, limit=100)
+    run_summaries(services, now=LATER)
+    after = queries.list_sessions(services.models, limit=100)
+    keep = ("id", "status", "last_activity_at", "ended_at", "prompt_count", "batch_count")
+    assert [{k: s[k] for k in keep} for s in after] == [{k: s[k] for k in keep} for s in before]
+    assert run_jobs(services, LATER + timedelta(minutes=1)).positions == []
+
+
+# -- the LLM summariser against a local stand-in server ------------------------------
+
+
+class StandIn:
+    """A local server speaking ``POST /v1/chat/completions`` (the OpenAI API shape that
+    llama.cpp and Ollama also serve). ``mode``: ``ok``, ``nonsense`` or ``error``."""
+
+    def __init__(self, usage: tuple[int, int] = (1000, 500)) -> None:
+        self.mode = "ok"
+        self.usage = usage
+        self.requests: list[dict[str, Any]] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        app = Starlette(routes=[Route("/v1/chat/completions", self.complete, methods=["POST"])])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def complete(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        if self.mode == "error":
+            return JSONResponse({"error": {"message": "overloaded"}}, 503)
+        facts = body["messages"][-1]["content"]
+        prompt = next((line[8:] for line in facts.splitlines() if line.startswith("Prompt: ")), "")
+        reply = {
+            "request": f"LLM: {prompt[:80]}",
+            "investigated": ["looked around"],
+            "learned": ["the stand-in answers"],
+            "completed": ["summarised"],
+            "next_steps": [],
+            "observations": [{"kind": "decision", "title": "Use the stand-in", "detail": "", "files": []}],
+        }
+        content = json.dumps(reply) if self.mode == "ok" else "I cannot do that."
+        return JSONResponse(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                "usage": {
+                    "prompt_tokens": self.usage[0],
+                    "completion_tokens": self.usage[1],
+                    "total_tokens": sum(self.usage),
+                },
+            }
+        )
+
+    def __enter__(self) -> StandIn:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def _llm(url: str, **budget: int) -> LLMSummariser:
+    return LLMSummariser(LLMConfig(base_url=url, model="gpt-4o-mini", timeout_s=5, max_output_tokens=100, **budget))
+
+
+def test_llm_summaries_record_the_model_usage_and_cost_and_keep_the_ledger_facts(services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    with StandIn() as llm:
+        report = run_summaries(services, _llm(llm.url), now=LATER)
+    rows = _summaries(services)
+    assert rows and report.written == {"llm": len(rows)} and len(llm.requests) == len(rows)
+    assert all(r["request"].startswith("LLM:") for r in rows)
+    for r in rows:
+        assert (r["summariser"], r["model"], r["input_tokens"], r["output_tokens"]) == ("llm", "gpt-4o-mini", 1000, 500)
+        assert r["cost_usd"] == pytest.approx(pricing.cost_usd("gpt-4o-mini", 1000, 500))
+    edited, failed = independent_facts(SPOTTER)  # facts are the ledger's, never the model's
+    assert {f for r in rows if r["scope"] == "session" for f in r["files_edited"]} == edited
+    assert {c for r in rows if r["scope"] == "session" for c in r["commands_failed"]} == failed
+    # what the model was told: the facts, with the failures
+    assert any("FAILED" in req["messages"][-1]["content"] for req in llm.requests)
+
+
+def test_day_budget_stops_llm_calls_and_the_deterministic_summary_stands(services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    # one call costs 5,000 tokens, the whole day's budget: the first call fits (its
+    # estimate is below 5,000), nothing after it does
+    with StandIn(usage=(2500, 2500)) as llm:
+        report = run_summaries(services, _llm(llm.url, day_tokens=5000), now=LATER)
+        assert len(llm.requests) == 1
+        rows = _summaries(services)
+        # spent is counted from the ledger: a later run the same day calls nothing
+        import_paths(services.ledger, [FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"])
+        _close_everything(services)
+        second = run_summaries(services, _llm(llm.url, day_tokens=5000), now=LATER + timedelta(hours=1))
+        assert len(llm.requests) == 1
+        # the next UTC day has a fresh budget
+        import_paths(services.ledger, [FIXTURES / "agentcmd-claude-transcripts" / "full-session-five.jsonl"])
+        _close_everything(services)
+        third = run_summaries(services, _llm(llm.url, day_tokens=5000), now=LATER + timedelta(days=1))
+        assert len(llm.requests) == 2
+    assert [r["summariser"] for r in rows].count("llm") == 1
+    refused = [r for r in rows if r["summariser"] == "deterministic"]
+    assert refused and all(r["fallback_reason"] == "budget_exhausted:day" for r in refused)
+    assert report.fallbacks == {"budget_exhausted": len(refused)}
+    assert second.written.get("deterministic") and not second.written.get("llm")
+    assert third.written.get("llm") == 1
+
+
+def test_session_budget_is_per_session(services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    with StandIn(usage=(1000, 500)) as llm:
+        run_summaries(services, _llm(llm.url, session_tokens=0), now=LATER)
+        assert llm.requests == []
+    rows = _summaries(services)
+    assert rows and {r["fallback_reason"] for r in rows} == {"budget_exhausted:session"}
+
+
+def test_dead_server_keeps_the_deterministic_summary_with_the_reason(services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    report = run_summaries(services, _llm(dead), now=LATER)
+    rows = _summaries(services)
+    assert rows and report.written == {"deterministic": len(rows)}
+    assert {r["fallback_reason"] for r in rows} == {"unavailable: APIConnectionError"}
+    assert all(r["input_tokens"] == 0 and r["model"] is None for r in rows)
+    edited, _ = independent_facts(SPOTTER)
+    assert {f for r in rows if r["scope"] == "session" for f in r["files_edited"]} == edited
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("error", "unavailable: HTTP 503"), ("nonsense", "invalid_response: ValueError")])
+def test_failing_server_answers_fall_back_and_record_what_they_cost(services: Services, mode: str, reason: str) -> None:
+    import_paths(services.ledger, [FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"])
+    _close_everything(services)
+    with StandIn(usage=(200, 10)) as llm:
+        llm.mode = mode
+        run_summaries(services, _llm(llm.url), now=LATER)
+    rows = _summaries(services)
+    assert rows and {r["fallback_reason"] for r in rows} == {reason}
+    assert all(r["summariser"] == "deterministic" for r in rows)
+    spent = (200, 10) if mode == "nonsense" else (0, 0)  # an answer that came still cost tokens
+    assert {(r["input_tokens"], r["output_tokens"]) for r in rows} == {spent}
+
+
+# -- API, CLI and the server's own worker ---------------------------------------------
+
+
+def test_cli_runs_and_shows_summaries(settings: Any, services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    out = json.loads(cli(settings, "summaries", "run", "--once", "--json").stdout)
+    assert out["written"]["deterministic"] == out["appended"] > 0
+    sid = queries.list_sessions(services.models, limit=1)[0]["id"]
+    shown = json.loads(cli(settings, "summaries", "show", sid, "--json").stdout)
+    assert shown["session_id"] == sid and {s["scope"] for s in shown["summaries"]} == {"batch", "session"}
+    text = cli(settings, "summaries", "show", sid).stdout.decode()
+    assert "## session" in text and "mix test" in text
+    again = json.loads(cli(settings, "summaries", "run", "--once", "--json").stdout)
+    assert again["appended"] == 0
+
+
+def test_server_summarises_a_batch_closed_by_a_stop_hook(settings: Any) -> None:
+    srv = Server(settings, env={"HOOKLEDGER_SUMMARIES_INTERVAL_S": "0.2"}).start()
+    try:
+        base = {"session_id": "summ-live-1", "transcript_path": "/tmp/x.jsonl", "cwd": "/tmp/proj"}
+        hooks = [
+            {**base, "hook_event_name": "UserPromptSubmit", "prompt": "make the tests pass"},
+            {**base, "hook_event_name": "PreToolUse", "tool_name": "Edit", "tool_use_id": "t1",
+             "tool_input": {"file_path": "/tmp/proj/app.py", "old_string": "a", "new_string": "b"}},
+            {**base, "hook_event_name": "PostToolUse", "tool_name": "Edit", "tool_use_id": "t1",
+             "tool_input": {"file_path": "/tmp/proj/app.py", "old_string": "a", "new_string": "b"},
+             "tool_response": {"filePath": "/tmp/proj/app.py"}},
+            {**base, "hook_event_name": "Stop", "stop_hook_active": False},
+        ]
+        for h in hooks:
+            assert httpx.post(srv.url + "/v1/hooks/claude-code", json=h, timeout=10).status_code == 202
+        sid = httpx.get(srv.url + "/v1/sessions", timeout=10).json()["sessions"][0]["id"]
+        deadline = time.monotonic() + 30
+        found: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not found:
+            found = httpx.get(f"{srv.url}/v1/sessions/{sid}/summaries", timeout=10).json()["summaries"]
+            time.sleep(0.1)
+        assert [(s["scope"], s["batch"], s["request"], s["files_edited"]) for s in found] == [
+            ("batch", 1, "make the tests pass", ["/tmp/proj/app.py"])
+        ]
+        detail = httpx.get(f"{srv.url}/v1/sessions/{sid}", timeout=10).json()
+        assert detail["summaries"][0]["files_edited"] == ["/tmp/proj/app.py"]
+    finally:
+        srv.stop()
+
+
+
+def test_the_prompt_names_every_observation_kind() -> None:
+    from ledger.envelope import OBSERVATION_KINDS
+    from ledger.llm_summary import SYSTEM_PROMPT
+
+    assert all(kind in SYSTEM_PROMPT for kind in OBSERVATION_KINDS)
