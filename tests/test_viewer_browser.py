@@ -199,3 +199,48 @@ def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureReques
     assert any("/v1/stream?" in u and "token=secret" in u for u in seen)
     assert any("/v1/sessions?" in u and "token=secret" in u for u in seen)
     assert any("/v1/" in u and "token=" not in u for u in seen)  # the first, refused call
+
+
+def test_viewer_shows_a_batch_summary_live_and_escaped(settings: Settings, request: pytest.FixtureRequest) -> None:
+    """A batch closed by a Stop hook gets its summary from the server's worker; the open
+    session page shows it without a reload, with markup in the prompt shown as text."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    base = {"session_id": "viewer-summary-1", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp/proj"}
+    edit = {"file_path": "/tmp/proj/<b>app</b>.py", "old_string": "a", "new_string": "b"}
+    hooks = [
+        {**base, "hook_event_name": "UserPromptSubmit", "prompt": "fix <i>it</i>"},
+        {**base, "hook_event_name": "PreToolUse", "tool_name": "Edit", "tool_use_id": "e1", "tool_input": edit},
+        {**base, "hook_event_name": "PostToolUse", "tool_name": "Edit", "tool_use_id": "e1", "tool_input": edit,
+         "tool_response": {"filePath": edit["file_path"]}},
+        {**base, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_use_id": "b1",
+         "tool_input": {"command": "make test"}},
+        {**base, "hook_event_name": "PostToolUseFailure", "tool_name": "Bash", "tool_use_id": "b1",
+         "tool_input": {"command": "make test"}, "error": "Exit code 2\nboom"},
+    ]
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / request.node.name.replace("/", "_")
+    srv = Server(settings, env={"HOOKLEDGER_SUMMARIES_INTERVAL_S": "0.3"}).start()
+    try:
+        sid = ""
+        for n, h in enumerate(hooks):
+            sid = post(srv.url, h, f"summary-{n}")["sessions"][0]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{srv.url}/#/session/{sid}")
+            page.wait_for_selector("#batches .batch[data-batch='1']")
+            assert page.locator(".summary").count() == 0  # the batch is still open
+            post(srv.url, {**base, "hook_event_name": "Stop", "stop_hook_active": False}, "summary-stop")
+            block = page.wait_for_selector(".summary[data-summary='batch:1']")
+            text = block.inner_text()
+            assert "make test" in text and "/tmp/proj/<b>app</b>.py" in text
+            assert page.locator(".summary li[data-kind=gotcha]").count() == 1
+            assert page.locator(".summary b, .summary i").count() == 0  # markup stayed text
+            page.screenshot(path=f"{shot}-summary.png")
+            browser.close()
+    finally:
+        srv.stop()

@@ -320,14 +320,33 @@ function sessionView(id) {
       ))));
   }
 
+  function summaryBlock(sm) {
+    if (!sm) return null;
+    const lists = [["completed", "Completed"], ["learned", "Learned"], ["investigated", "Investigated"],
+      ["next_steps", "Next steps"], ["commands_failed", "Commands that failed"]];
+    const source = sm.summariser + (sm.model ? ` · ${sm.model}` : "") + (sm.fallback_reason ? ` · fallback: ${sm.fallback_reason}` : "");
+    return el("div", { class: "summary", "data-summary": `${sm.scope}:${sm.batch}` },
+      el("div", {}, el("strong", {}, sm.scope === "session" ? "Session summary" : "Summary"), " ",
+        el("span", { class: "muted" }, source)),
+      ...lists.filter(([k]) => sm[k] && sm[k].length).map(([k, label]) =>
+        el("div", {}, el("em", {}, label + ": "), sm[k].join(" · "))),
+      sm.observations.length ? el("ul", { class: "observations" }, ...sm.observations.map((o) =>
+        el("li", { "data-kind": o.kind }, badge(o.kind), " ", o.title,
+          o.files.length ? el("span", { class: "muted" }, " — " + o.files.join(", ")) : null))) : null,
+    );
+  }
+
   function render(d) {
     renderMeta(d);
+    const summaries = new Map((d.summaries || []).map((sm) => [`${sm.scope}:${sm.batch}`, sm]));
     const byBatch = new Map();
     for (const c of d.tool_calls) {
       if (!byBatch.has(c.batch)) byBatch.set(c.batch, []);
       byBatch.get(c.batch).push(c);
     }
     const blocks = [];
+    const sessionSummary = summaryBlock(summaries.get("session:0"));
+    if (sessionSummary) blocks.push(sessionSummary);
     if (byBatch.has(0)) {
       blocks.push(el("div", { class: "batch", "data-batch": 0 }, el("strong", {}, "Before the first prompt"), toolTable(byBatch.get(0))));
     }
@@ -340,6 +359,7 @@ function sessionView(id) {
         el("div", { class: "prompt" }, b.prompt || ""),
         calls.length ? toolTable(calls) : null,
         b.last_assistant_message ? lazyPre("last reply", b.last_assistant_message, "reply:" + b.batch, openKeys) : null,
+        summaryBlock(summaries.get(`batch:${b.batch}`)),
       ));
     }
     batches.replaceChildren(...blocks);
