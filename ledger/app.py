@@ -115,8 +115,12 @@ class Ledger(Application[UUID]):
             try:
                 self._record_together(work, result, saved_keys)
             except IntegrityError:
+                self._evict(w.stream_id for w in work)
                 for w in work:
                     self._record_alone(w, result, saved_keys)
+            except BaseException:
+                self._evict(w.stream_id for w in work)
+                raise
         result.appended = len(result.positions)
         for sid, observations in by_session.items():
             result.sessions.append(sid)
@@ -145,11 +149,15 @@ class Ledger(Application[UUID]):
         """One stream, reloaded and retried on version clashes with other writers."""
 
         def attempt() -> None:
-            w.begin(self)
-            for n in w.apply_all():
-                if n and len(w.aggregate.pending_events) >= CHUNK_EVENTS:
-                    self._save_all([w], result, saved)
-            self._save_all([w], result, saved)
+            try:
+                w.begin(self)
+                for n in w.apply_all():
+                    if n and len(w.aggregate.pending_events) >= CHUNK_EVENTS:
+                        self._save_all([w], result, saved)
+                self._save_all([w], result, saved)
+            except BaseException:
+                self._evict([w.stream_id])
+                raise
 
         retry(IntegrityError, max_attempts=MAX_ATTEMPTS, wait=RETRY_WAIT_S)(attempt)()
 
@@ -176,11 +184,15 @@ class Ledger(Application[UUID]):
 
         def attempt() -> None:
             out.clear()
-            agg = self._get(session_id, Session)
+            agg = self._get(session_id, Session, for_write=True)
             if agg is None:
                 raise LookupError(f"no such session: {session_id}")
-            value = command(agg)
-            recordings = self.save(agg) if agg.pending_events else []
+            try:
+                value = command(agg)
+                recordings = self.save(agg) if agg.pending_events else []
+            except BaseException:
+                self._evict([session_id])
+                raise
             out.append((value, [r.notification.id for r in recordings]))
 
         with self._write_lock:
@@ -191,15 +203,29 @@ class Ledger(Application[UUID]):
         """The current state of session ``session_id`` (None when there is none)."""
         return self._get(session_id, Session)  # type: ignore[no-any-return]
 
-    def _get(self, aggregate_id: UUID, cls: type[Any]) -> Any:
+    def _get(self, aggregate_id: UUID, cls: type[Any], *, for_write: bool = False) -> Any:
+        """The aggregate, or None. ``for_write`` (only under the write lock): the cached
+        object itself rather than a deep copy (a deep copy of a long session costs more
+        than recording its events); every write path evicts it from the cache when a
+        command or save fails, so a half-applied command never stays cached."""
         try:
-            agg = self.repository.get(aggregate_id)
+            agg = self.repository.get(aggregate_id, deepcopy_from_cache=not for_write)
         except AggregateNotFoundError:
             return None
         if not isinstance(agg, cls):
             held = type(agg).__name__
             raise TypeError(f"stream {aggregate_id} holds a {held}, not {cls.__name__}")
         return agg
+
+    def _evict(self, ids: Iterable[UUID]) -> None:
+        """Drop these aggregates from the cache (the next get reloads them)."""
+        cache = self.repository.cache
+        if cache is not None:
+            for aggregate_id in ids:
+                try:
+                    cache.get(aggregate_id, evict=True)
+                except KeyError:
+                    pass
 
     # -- reading --------------------------------------------------------------------
 
@@ -233,6 +259,7 @@ class _StreamWork:
 
     aggregate: Any = None
     now: datetime
+    stream_id: UUID
 
     def begin(self, ledger: Ledger) -> None:
         raise NotImplementedError
@@ -244,12 +271,12 @@ class _StreamWork:
 
 class _SessionWork(_StreamWork):
     def __init__(self, sid: UUID, observations: list[Observation]) -> None:
-        self.sid = sid
+        self.sid = self.stream_id = sid
         self.observations = observations
 
     def begin(self, ledger: Ledger) -> None:
         self.now = datetime.now(UTC)
-        found = ledger._get(self.sid, Session)
+        found = ledger._get(self.sid, Session, for_write=True)
         if found is None:
             found = Session.open(self.observations[0], self.now)
         self.aggregate = found
@@ -262,13 +289,13 @@ class _SessionWork(_StreamWork):
 
 class _RejectedWork(_StreamWork):
     def __init__(self, source: str, rejected: list[Rejected]) -> None:
-        self.qid = quarantine_id(source)
+        self.qid = self.stream_id = quarantine_id(source)
         self.source = source
         self.rejected = rejected
 
     def begin(self, ledger: Ledger) -> None:
         self.now = datetime.now(UTC)
-        found = ledger._get(self.qid, Quarantine)
+        found = ledger._get(self.qid, Quarantine, for_write=True)
         self.aggregate = found if found is not None else Quarantine.open(self.source, self.now)
 
     def apply_all(self) -> Iterator[int]:

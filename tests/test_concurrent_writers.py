@@ -48,3 +48,33 @@ def test_two_ledgers_writing_one_session_lose_and_duplicate_nothing(settings: Se
     finally:
         cached.close()
         plain.close()
+
+
+def test_a_failed_command_leaves_nothing_in_the_aggregate_cache(settings: Settings) -> None:
+    """Writers use the cached aggregate itself (no deep copy): a command that appends and
+    then fails must not leave its half-applied event behind for the next writer."""
+    from ledger.jobs import append_decision
+    from ledger.session import Session
+
+    services = build(settings, cache_size=64)
+    try:
+        body = json.dumps(PROMPT).encode()
+        (sid,) = ingest_hook(services.ledger, "claude-code", body, "cache-1", datetime.now(UTC)).result.sessions
+        before = services.ledger.session(sid).version
+
+        def half_done(agg: Session) -> None:
+            append_decision(agg, Session.Summarised, "half", datetime.now(UTC), "test", scope="session", through_version=1)
+            raise RuntimeError("fails after appending")
+
+        try:
+            services.ledger.update(sid, half_done)
+        except RuntimeError:
+            pass
+        assert services.ledger.session(sid).version == before
+        assert "half" not in services.ledger.session(sid).seen_keys
+        again = json.dumps({**PROMPT, "prompt": "after the failure"}).encode()
+        assert ingest_hook(services.ledger, "claude-code", again, "cache-2", datetime.now(UTC)).result.appended == 1
+        assert [type(e).__name__ for e in services.ledger.events.get(sid)][-1] == "PromptSubmitted"
+        assert services.ledger.session(sid).version == before + 1
+    finally:
+        services.close()
