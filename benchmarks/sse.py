@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/sse.py --clients 100 500 --events 200
 
 For each client count: a fresh data dir and a real ``hookledger serve`` (uvicorn); a
-few separate client processes (``--client-procs``; asyncio + httpx + httpx-sse) open
+few separate client processes (``--client-procs``; a minimal asyncio reader by default,
+``--client-impl httpx`` for httpx + httpx-sse, which costs ~100 µs CPU per message) open
 N ``/v1/stream`` connections between them (``kinds=event.appended``) and record, per
 connection, when each position was parsed (``time.monotonic_ns``, one clock for all
 processes on Linux). This process then POSTs real Claude Code hook payloads one at a
@@ -23,6 +24,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import statistics
@@ -111,6 +113,59 @@ async def clients_main(url: str, n: int, events: int, deadline_s: float) -> None
     print(json.dumps({"cpu_s": time.process_time(), "received": received}), flush=True)
 
 
+_ID_LINE = re.compile(rb"(?:^|\n)id: (\d+)")
+
+
+async def raw_clients_main(url: str, n: int, events: int, deadline_s: float) -> None:
+    """Like :func:`clients_main`, with a minimal reader instead of httpx + httpx-sse: one
+    asyncio stream per connection, a plain HTTP/1.1 GET, and the ``id:`` lines of the
+    (chunked) SSE body found with one regex per read. It costs a few µs per message
+    instead of ~100, so at 500 connections the clients no longer take the CPU the server
+    needs and the latency measured is the server's. Same output."""
+    host, port = url.removeprefix("http://").split(":")
+    request = (
+        f"GET /v1/stream?kinds=event.appended HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        "Accept: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
+    ).encode()
+    received: dict[int, list[int]] = {}
+    opened = 0
+    all_open = asyncio.Event()
+
+    async def one() -> None:
+        nonlocal opened
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if b" 200 " not in head.split(b"\r\n", 1)[0]:
+            raise RuntimeError(head.decode(errors="replace"))
+        opened += 1
+        if opened == n:
+            all_open.set()
+        got, tail = 0, b""
+        try:
+            while got < events:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    return
+                now = time.monotonic_ns()
+                buf = tail + chunk
+                cut = buf.rfind(b"\n") + 1
+                tail = buf[cut:]
+                for m in _ID_LINE.finditer(buf, 0, cut):
+                    received.setdefault(int(m.group(1)), []).append(now)
+                    got += 1
+        finally:
+            writer.close()
+
+    tasks = [asyncio.create_task(one()) for _ in range(n)]
+    await asyncio.wait_for(all_open.wait(), 120)
+    print("ready", flush=True)
+    await asyncio.wait(tasks, timeout=deadline_s)
+    for t in tasks:
+        t.cancel()
+    print(json.dumps({"cpu_s": time.process_time(), "received": received}), flush=True)
+
+
 # -- the publisher ------------------------------------------------------------------
 
 
@@ -135,6 +190,7 @@ def run(
     backend_env: dict[str, str],
     baseline: bool = False,
     client_procs: int = 1,
+    client_impl: str = "raw",
 ) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="hookledger-sse-bench-"))
     port = free_port()
@@ -179,6 +235,7 @@ def run(
                             sys.executable,
                             __file__,
                             "--client",
+                            client_impl,
                             url,
                             str(share),
                             str(events),
@@ -242,6 +299,7 @@ def run(
         "server_cpu_s": round(server_cpu, 2),
         "client_cpu_s": round(client_cpu, 2),
         "client_procs": client_procs,
+        "client_impl": client_impl,
         "load_avg_1m": os.getloadavg()[0],
     }
 
@@ -267,13 +325,15 @@ def backend(postgres_url: str | None) -> Iterator[dict[str, str]]:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        url, n, events, deadline = (
+        impl, url, n, events, deadline = (
             sys.argv[2],
-            int(sys.argv[3]),
+            sys.argv[3],
             int(sys.argv[4]),
-            float(sys.argv[5]),
+            int(sys.argv[5]),
+            float(sys.argv[6]),
         )
-        asyncio.run(clients_main(url, n, events, deadline))
+        main_of = raw_clients_main if impl == "raw" else clients_main
+        asyncio.run(main_of(url, n, events, deadline))
         return
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -283,6 +343,12 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.1, help="seconds between POSTs")
     ap.add_argument(
         "--client-procs", type=int, default=2, help="client processes sharing the connections"
+    )
+    ap.add_argument(
+        "--client-impl",
+        choices=["raw", "httpx"],
+        default="raw",
+        help="raw: minimal asyncio reader (default); httpx: httpx + httpx-sse per connection",
     )
     ap.add_argument("--postgres", default=None, help="PostgreSQL URL (default: SQLite)")
     ap.add_argument(
@@ -295,7 +361,10 @@ def main() -> None:
     for n in args.clients:
         for baseline in [True, False] if args.baseline else [False]:
             with backend(None if baseline else args.postgres) as backend_env:
-                row = run(n, args.events, args.interval, backend_env, baseline, args.client_procs)
+                row = run(
+                    n, args.events, args.interval, backend_env, baseline, args.client_procs,
+                    args.client_impl,
+                )
             row["backend"] = (
                 "bare sse-starlette" if baseline else "postgres" if args.postgres else "sqlite"
             )
