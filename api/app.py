@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api import context as context_api
+from api import search as search_api
 from api import stream, viewer
 from api.access import TokenMiddleware
 from api.analytics import routes as analytics_routes
@@ -168,6 +169,7 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
         routes=[
             *hooks.routes(),
             *context_api.routes(services, current),
+            *search_api.routes(services, current),
             Route("/v1/sessions", list_sessions),
             Route("/v1/sessions/{id}", get_session),
             Route("/v1/sessions/{id}/events", session_events),

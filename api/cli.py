@@ -266,6 +266,9 @@ main.add_command(_analytics)
 from api.cli_summaries import summaries as _summaries  # noqa: E402
 
 main.add_command(_summaries)
+from api.cli_search import search_cmd  # noqa: E402
+
+main.add_command(search_cmd)
 
 if __name__ == "__main__":
     main()

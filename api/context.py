@@ -1,8 +1,10 @@
 """``GET /v1/context?session_id=…&cwd=…``: context for a starting session.
 
-200 ``{"session_id", "cwd", "markdown"}`` — ``markdown`` is a digest of recent sessions
-of the same project (:func:`projections.context.project_digest`, at most 10,000
-characters; "" when there are none). 400 when ``cwd`` is missing. With
+200 ``{"session_id", "cwd", "markdown"}`` — ``markdown`` is a digest of what hookledger
+remembers about the project (observations and summaries found by full-text search for
+the latest prompts, or for ``q`` when given) and of its recent sessions
+(:func:`projections.context.project_digest`, at most 10,000 characters; "" when there
+is nothing). 400 when ``cwd`` is missing. With
 ``format=hook`` the body is the hook output itself (Claude Code hook output contract,
 FORMATS.md A2): ``{"hookSpecificOutput": {"hookEventName": "SessionStart",
 "additionalContext": markdown}}``, or ``{}`` when there is no context; the hook client
@@ -28,11 +30,12 @@ def routes(services: Services, current: Callable[[], Awaitable[None]]) -> list[R
     async def context(request: Request) -> Response:
         cwd = request.query_params.get("cwd", "")
         sid = request.query_params.get("session_id") or None
+        query = request.query_params.get("q")
         if not cwd:
             return JSONResponse({"error": "cwd is required"}, 400)
         await current()
         text = await anyio.to_thread.run_sync(
-            lambda: project_digest(services.models, cwd, session_id=sid, max_chars=MAX_CHARS)
+            lambda: project_digest(services.models, cwd, session_id=sid, max_chars=MAX_CHARS, query=query)
         )
         if request.query_params.get("format") == "hook":
             if not text:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from sqlalchemy import Table
 
@@ -13,6 +13,16 @@ from projections.rows import RowCache
 
 Batch = list[tuple[int, Any]]
 """(log position, domain event) pairs, in log order."""
+
+
+class Companion(NamedTuple):
+    """A database object beside a projection's tables that SQLAlchemy does not model
+    (a full-text index): ``kind`` ``table`` or ``index``, its ``name`` (with the rebuild
+    suffix when it belongs to shadow tables) and the DDL creating it if missing."""
+
+    kind: str
+    name: str
+    create: str
 
 
 class Projection:
@@ -31,6 +41,16 @@ class Projection:
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
         raise NotImplementedError
+
+    def flush(self, rows: RowCache) -> None:
+        """Write the section's changes (in the runner's transaction)."""
+        rows.flush()
+
+    @classmethod
+    def companions(cls, dialect: str, suffix: str = "") -> list[Companion]:
+        """Objects to create beside the tables (``dialect``: ``sqlite`` or
+        ``postgresql``); they are dropped, rebuilt and swapped in with them."""
+        return []
 
 
 def iso(dt: datetime | None) -> str | None:

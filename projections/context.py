@@ -1,6 +1,12 @@
-"""Context for a starting session: a short markdown digest of recent sessions of the
-same project (same ``cwd``), read from the ``sessions``, ``prompt_batches`` and
-``tool_calls`` read models.
+"""Context for a starting session: a short markdown digest of what hookledger remembers
+about the project (same ``cwd``) and of its recent sessions, read from the ``search``,
+``sessions``, ``prompt_batches`` and ``tool_calls`` read models.
+
+Memory first (at most :data:`MEMORY_SHARE` of the budget): the observations and
+summaries of the project most relevant to its latest prompts (the asking session's own
+when it has some, else the project's), ranked by :func:`projections.search_query.search`
+(relevance weighted by recency); with no prompt words or no match, the newest
+observations.
 
 Per session (most recent activity first, subagent sessions and the asking session
 left out): when and how it ended, what was asked (prompts), what was done (tool
@@ -17,8 +23,21 @@ import orjson
 from sqlalchemy import func, select
 
 from projections.runner import ReadModels
+from projections.search_query import recent_documents, search, terms
 
 MAX_CHARS = 10_000
+MEMORY_SHARE = 0.4
+MEMORY_ITEMS = 8
+QUERY_PROMPTS = 5
+QUERY_TERMS = 12
+_STOPWORDS = frozenset({
+    "about", "after", "also", "been", "before", "being", "both", "could", "does", "doing",
+    "done", "each", "from", "have", "here", "into", "just", "like", "make", "more", "most",
+    "much", "need", "only", "other", "over", "please", "same", "should", "some", "such",
+    "than", "that", "their", "them", "then", "there", "these", "they", "this", "those",
+    "through", "under", "very", "want", "were", "what", "when", "where", "which", "while",
+    "with", "would", "your", "file", "files", "code",
+})
 MAX_SESSIONS = 5
 PROMPTS_PER_SESSION = 5
 ERRORS_PER_SESSION = 5
@@ -86,6 +105,63 @@ def _details(models: ReadModels, sid: str) -> tuple[list[str], Counter[str], lis
     return prompts, tools, files, errors
 
 
+def memory_query(models: ReadModels, cwd: str, session_id: str | None = None) -> str:
+    """Up to QUERY_TERMS frequent words (4+ letters, no stopwords) of the latest prompts:
+    the session's own (ledger or agent id) when it has some, else the project's."""
+    b, s = models.table("prompt_batches"), models.table("sessions")
+    base = (
+        select(b.c.prompt)
+        .join(s, s.c.id == b.c.session_id)
+        .where(s.c.cwd == cwd, b.c.prompt.is_not(None))
+        .order_by(b.c.last_position.desc())
+        .limit(QUERY_PROMPTS)
+    )
+    with models.engine.connect() as conn:
+        prompts: list[str] = []
+        if session_id:
+            own = base.where((s.c.id == session_id) | (s.c.external_id == session_id))
+            prompts = [r[0] for r in conn.execute(own)]
+        if not prompts:
+            prompts = [r[0] for r in conn.execute(base)]
+    words: Counter[str] = Counter(
+        w for p in prompts for w in terms(p) if len(w) >= 4 and not w.isdigit() and w not in _STOPWORDS
+    )
+    return " ".join(w for w, _ in words.most_common(QUERY_TERMS))
+
+
+def memory_digest(models: ReadModels, cwd: str, *, session_id: str | None = None,
+                  query: str | None = None, max_chars: int = MAX_CHARS) -> str:
+    """Markdown list of the project's most relevant observations and summaries for
+    ``query`` (default :func:`memory_query`), at most ``max_chars`` characters ("" when
+    the project has none)."""
+    query = query if query is not None else memory_query(models, cwd, session_id)
+    tables = {n: models.table(n) for n in ("search_documents", "sessions")}
+    items: list[tuple[str, str, str | None, str]] = []
+    with models.engine.connect() as conn:
+        if terms(query):
+            for h in search(conn, tables, query, kinds=("observation", "summary"), cwd=cwd,
+                            any_term=True, limit=MEMORY_ITEMS):
+                items.append((h.title, h.snippet.replace("«", "").replace("»", ""), h.occurred_at, h.session_id))
+        if not items:
+            for d in recent_documents(conn, tables, kinds=("observation",), cwd=cwd, limit=MEMORY_ITEMS):
+                detail = " ".join(d["body"].split("\n")[1:2])
+                items.append((d["title"], detail, d["occurred_at"], d["session_id"]))
+    if not items:
+        return ""
+    parts = [f"# What hookledger remembers about {cwd}\n"]
+    seen: set[str] = set()
+    for title, detail, at, sid in items:
+        if title in seen:
+            continue
+        seen.add(title)
+        line = f"- {_short(title, 200)}" + (f" — {_short(detail, 240)}" if detail and detail not in title else "")
+        line += f" ({(at or '?')[:10]}, session {sid[:8]})\n"
+        if sum(map(len, parts)) + len(line) > max_chars:
+            break
+        parts.append(line)
+    return "".join(parts) if len(parts) > 1 else ""
+
+
 def project_digest(
     models: ReadModels,
     cwd: str,
@@ -93,15 +169,21 @@ def project_digest(
     session_id: str | None = None,
     max_sessions: int = MAX_SESSIONS,
     max_chars: int = MAX_CHARS,
+    query: str | None = None,
 ) -> str:
-    """Markdown digest of recent sessions in ``cwd`` ("" when there are none), at most
-    ``max_chars`` characters. ``session_id`` (ledger or agent id) is left out."""
+    """Markdown digest: :func:`memory_digest` (at most MEMORY_SHARE of ``max_chars``),
+    then recent sessions in ``cwd`` ("" when there is neither), at most ``max_chars``
+    characters. ``session_id`` (ledger or agent id) is left out of the sessions and its
+    prompts, when it has some, choose the memory (``query``: choose it instead)."""
     if not cwd:
         return ""
+    memory = memory_digest(
+        models, cwd, session_id=session_id, query=query, max_chars=int(max_chars * MEMORY_SHARE)
+    )
     sessions = recent_sessions(models, cwd, session_id, max_sessions)
     if not sessions:
-        return ""
-    parts = [f"# Recent sessions in {cwd} (hookledger)\n"]
+        return memory
+    parts = [memory + ("\n" if memory else "") + f"# Recent sessions in {cwd} (hookledger)\n"]
     for row in sessions:
         prompts, tools, files, errors = _details(models, row["id"])
         lines = [

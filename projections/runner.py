@@ -23,10 +23,11 @@ from sqlalchemy import Engine, MetaData, Table, insert, select, text, update
 
 from ledger.app import Ledger
 from ledger.gcpause import gc_paused
-from projections.base import Projection
+from projections.base import Companion, Projection
 from projections.batches import BatchesProjection
 from projections.event_index import EventIndexProjection
 from projections.plans import PlansProjection
+from projections.search import SearchProjection
 from projections.rows import RowCache
 from projections.schema import build_tables, tracking_table
 from projections.sessions import SessionsProjection
@@ -46,6 +47,7 @@ PROJECTION_CLASSES: dict[str, type[Projection]] = {
         StatusHistoryProjection,
         PlansProjection,
         SummariesProjection,
+        SearchProjection,
     )
 }
 REBUILD_SUFFIX = "__rebuild"
@@ -77,8 +79,14 @@ class ReadModels:
             name: build_tables(self.metadata, name) for name in PROJECTION_CLASSES
         }
         self.metadata.create_all(engine)
-        if reset_outdated(engine, self.tables, self.tracking):  # columns changed: rebuild
+        outdated = reset_outdated(engine, self.tables, self.tracking)  # columns changed: rebuild
+        if outdated:
             self.metadata.create_all(engine)
+        with engine.begin() as conn:
+            for name in outdated:
+                _drop_companions(conn, name, "")
+            for name in PROJECTION_CLASSES:
+                _create_companions(conn, name, "")
 
     def table(self, name: str) -> Table:
         for tables in self.tables.values():
@@ -144,9 +152,13 @@ class ProjectionRunner:
         shadow_names = [p.name for p in projections]
         with self._lock, gc_paused():
             with self.models.engine.begin() as conn:
+                for name in names:
+                    _drop_companions(conn, name, REBUILD_SUFFIX)
                 for t in (t for tables in shadows.values() for t in tables.values()):
                     t.drop(conn, checkfirst=True)
                     t.create(conn)
+                for name in names:
+                    _create_companions(conn, name, REBUILD_SUFFIX)
                 conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
             applied = 0
             while True:
@@ -165,10 +177,12 @@ class ProjectionRunner:
                     if min((found.get(n, 0) for n in shadow_names), default=0) < head:
                         continue  # written meanwhile: catch the new tail up first
                     for name in names:
+                        _drop_companions(conn, name, "")
                         for base, t in self.models.tables[name].items():
                             conn.execute(text(f'DROP TABLE "{t.name}"'))
                             shadow = f"{base}{REBUILD_SUFFIX}"
                             conn.execute(text(f'ALTER TABLE "{shadow}" RENAME TO "{t.name}"'))
+                        _rename_companions(conn, name)
                         _set_tracking(conn, tracking, name, found[name + REBUILD_SUFFIX])
                     conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
                     return applied
@@ -240,10 +254,31 @@ def _apply_section(
             projection.prefetch(rows, todo)
             for p, e in todo:
                 projection.apply(rows, p, e)
-            rows.flush()
+            projection.flush(rows)
             _advance(conn, tracking, projection.name, pos, last, projection.name in found)
             applied += len(todo)
     return applied
+
+
+def _companions(conn, name: str, suffix: str) -> list[Companion]:  # type: ignore[no-untyped-def]
+    return PROJECTION_CLASSES[name].companions(conn.dialect.name, suffix)
+
+
+def _create_companions(conn, name: str, suffix: str) -> None:  # type: ignore[no-untyped-def]
+    for c in _companions(conn, name, suffix):
+        conn.execute(text(c.create))
+
+
+def _drop_companions(conn, name: str, suffix: str) -> None:  # type: ignore[no-untyped-def]
+    for c in _companions(conn, name, suffix):
+        conn.execute(text(f'DROP {c.kind.upper()} IF EXISTS "{c.name}"'))
+
+
+def _rename_companions(conn, name: str) -> None:  # type: ignore[no-untyped-def]
+    """Shadow companions take the live names (after their tables were swapped)."""
+    live = _companions(conn, name, "")
+    for shadow, target in zip(_companions(conn, name, REBUILD_SUFFIX), live, strict=True):
+        conn.execute(text(f'ALTER {shadow.kind.upper()} "{shadow.name}" RENAME TO "{target.name}"'))
 
 
 def _advance(conn, tracking: Table, name: str, old: int, new: int, exists: bool) -> None:  # type: ignore[no-untyped-def]

@@ -272,6 +272,27 @@ def _summaries(md: MetaData, sfx: str) -> list[Table]:
     ]
 
 
+def _search(md: MetaData, sfx: str) -> list[Table]:
+    """``search_documents``: one row per searchable text (projections/search.py). The
+    full-text index beside it is not a SQLAlchemy table: an FTS5 table on SQLite, a GIN
+    expression index on PostgreSQL (:func:`projections.search.companions`)."""
+    return [
+        Table(
+            "search_documents" + sfx,
+            md,
+            Column("doc_id", BigInteger, primary_key=True, autoincrement=False),  # FTS rowid
+            Column("session_id", String(36), nullable=False),
+            Column("ref", Text, nullable=False),  # prompt:<pos> | tool:<pos> | summary:<scope>:<batch> | observation:<pos>:<i>
+            Column("kind", String(16), nullable=False),  # prompt | tool_input | summary | observation
+            Column("batch", Integer, nullable=False),
+            Column("title", Text, nullable=False),
+            Column("body", Text, nullable=False),
+            Column("occurred_at", String(32)),
+            Column("position", BigInteger, nullable=False),
+        )
+    ]
+
+
 TABLE_BUILDERS = {
     "sessions": _sessions,
     "batches": _batches,
@@ -280,6 +301,7 @@ TABLE_BUILDERS = {
     "event_index": _event_index,
     "plans": _plans,
     "summaries": _summaries,
+    "search": _search,
 }
 
 
