@@ -5,7 +5,8 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts):
 * ``POST /v1/hooks/{agent}`` — one hook payload. 202 ``{"appended", "duplicates",
   "positions"}``; 400 ``{"error", "positions"}`` when it cannot be parsed (the body is
   still recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency
-  key assigned once by the hook client) and ``X-Hookledger-Captured-At``.
+  key assigned once by the hook client), ``X-Hookledger-Captured-At`` and
+  ``X-Hookledger-Redactions`` (:mod:`api.hooks_ingest`).
 * ``GET /v1/sessions`` (``limit``, ``offset``, ``agent``, ``status``),
   ``GET /v1/sessions/{id}`` (batches, tool calls, status history),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions and digests),

@@ -150,6 +150,18 @@ def test_remote_hook_sends_token_strips_private_and_spools_when_unreachable(
             )
             time.sleep(0.05)
         assert prompts == ["public part [private] end", "second [private] prompt"]
+        # the removals made at the edge are recorded with the prompts, by either route
+        r = httpx.get(f"{remote}/v1/sessions/{PROMPT['session_id']}/events", headers=ok, timeout=30)
+        recorded = [
+            (e["raw"]["prompt"], e["redactions"])
+            for e in r.json()["events"]
+            if e["kind"] == "PromptSubmitted"
+        ]
+        edge = [{"kind": "private_tag", "path": "$.prompt", "count": 1}]
+        assert recorded == [
+            ("public part [private] end", edge),  # journalled while the server was down
+            ("second [private] prompt", edge),  # POSTed
+        ]
     finally:
         srv.stop()
 
