@@ -5,7 +5,8 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts):
 * ``POST /v1/hooks/{agent}`` — one hook payload. 202 ``{"appended", "duplicates",
   "positions"}``; 400 ``{"error", "positions"}`` when it cannot be parsed (the body is
   still recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency
-  key assigned once by the hook client) and ``X-Hookledger-Captured-At``.
+  key assigned once by the hook client), ``X-Hookledger-Captured-At`` and
+  ``X-Hookledger-Redactions`` (:mod:`api.hooks_ingest`).
 * ``GET /v1/sessions`` (``limit``, ``offset``, ``agent``, ``status``),
   ``GET /v1/sessions/{id}`` (batches, tool calls, status history),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions and digests),
@@ -45,15 +46,16 @@ from api.jobs import run_jobs
 from api.plans import routes as plan_routes
 from api.summaries import SummaryThread
 from ledger.envelope import raw_record
-from ledger.spool import drain
 from projections import queries
 
-SPOOL_INTERVAL_S = 0.1
+CATCH_UP_INTERVAL_S = 0.1
+"""Longest wait of the background thread between catch-ups (s); an append wakes it."""
 
 
 class Background:
-    """Keeps projections current and drains the spool, in one thread; runs the liveness
-    jobs (:mod:`api.jobs`) every ``settings.jobs_interval_s`` seconds (0: never)."""
+    """Keeps projections current in one thread; runs the liveness jobs
+    (:mod:`api.jobs`) every ``settings.jobs_interval_s`` seconds (0: never). The hook
+    journal is drained by :class:`api.hooks_ingest.JournalPump`."""
 
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -64,12 +66,10 @@ class Background:
         self.thread = threading.Thread(target=self._run, name="hookledger-background", daemon=True)
 
     def _run(self) -> None:
-        spool = self.services.settings.data_dir / "spool"
         interval = self.services.settings.jobs_interval_s
         next_jobs = time.monotonic() + interval
         while not self.stop.is_set():
             try:
-                drain(self.services.ledger, spool)
                 self.services.runner.catch_up()
                 if interval > 0 and time.monotonic() >= next_jobs:
                     next_jobs = time.monotonic() + interval
@@ -77,7 +77,7 @@ class Background:
                 self.error = None
             except Exception as e:  # keep serving; /healthz reports it
                 self.error = e
-            self.wake.wait(SPOOL_INTERVAL_S)
+            self.wake.wait(CATCH_UP_INTERVAL_S)
             self.wake.clear()
 
 
@@ -91,7 +91,6 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await anyio.to_thread.run_sync(lambda: drain(services.ledger, services.settings.data_dir / "spool"))
         background.thread.start()
         await anyio.to_thread.run_sync(hooks.start)
         summaries.start()

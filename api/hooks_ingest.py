@@ -8,7 +8,11 @@ Both paths parse in their own thread/task and record through one
   "positions", "sessions"}`` (this request's share of its group); 400/404
   ``{"error", "rejected", "positions"}`` when it cannot be parsed (the body is still
   recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency key
-  assigned once by the hook client) and ``X-Hookledger-Captured-At``.
+  assigned once by the hook client), ``X-Hookledger-Captured-At`` and
+  ``X-Hookledger-Redactions`` (what the client removed before sending, e.g.
+  ``[{"kind":"private_tag","path":"$.prompt","count":1}]``, recorded with the event;
+  a malformed value is ignored with a logged reason, never refused:
+  :func:`ledger.ingest.parse_edge_redactions`).
 * :class:`JournalPump` — a thread that checks ``<data dir>/spool/hooks.journal`` every
   ``JOURNAL_POLL_S`` (20 ms) and drains it (:mod:`ledger.journal`).
 """
@@ -27,7 +31,7 @@ from starlette.routing import Route
 
 from api.bootstrap import Services
 from api.hot_path.hook_fast import uuid7
-from ledger.ingest import HOOK_PARSERS, parse_hook_body
+from ledger.ingest import HOOK_PARSERS, EdgeRedactionsError, parse_edge_redactions, parse_hook_body
 from ledger.journal import JournalIngester
 from ledger.sources.claude_common import parse_time
 from ledger.writer import GroupWriter
@@ -108,11 +112,12 @@ class HookIngest:
         body = await request.body()
         key = request.headers.get("x-hookledger-capture-key") or uuid7()
         at = parse_time(request.headers.get("x-hookledger-captured-at")) or datetime.now(UTC)
+        edge = _edge_redactions(request, key)
         if len(body) <= INLINE_PARSE_BYTES:
-            items, error = parse_hook_body(agent, body, key, at)
+            items, error = parse_hook_body(agent, body, key, at, edge)
         else:
             items, error = await anyio.to_thread.run_sync(
-                lambda: parse_hook_body(agent, body, key, at)
+                lambda: parse_hook_body(agent, body, key, at, edge)
             )
         r = await asyncio.wrap_future(self.writer.submit(items))
         if error is not None:
@@ -125,3 +130,16 @@ class HookIngest:
              "sessions": [str(s) for s in r.sessions]},
             202,
         )
+
+
+def _edge_redactions(request: Request, key: str) -> list[dict] | None:
+    """The ``X-Hookledger-Redactions`` header, checked; None (and a logged warning)
+    when absent or malformed: the body is recorded all the same."""
+    raw = request.headers.get("x-hookledger-redactions")
+    if raw is None:
+        return None
+    try:
+        return parse_edge_redactions(raw)
+    except EdgeRedactionsError as e:
+        log.warning("ignoring X-Hookledger-Redactions of capture %s: %s", key, e)
+        return None

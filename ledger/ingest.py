@@ -6,6 +6,7 @@ reason) and reported as such; it is never dropped and never raises.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -23,6 +24,10 @@ HOOK_PARSERS = {
     "openclaw": openclaw_hooks,
 }
 MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_EDGE_REDACTIONS_BYTES = 8192
+"""Longest edge-redaction list accepted as text (the hook client sends at most 4,096)."""
+MAX_EDGE_REDACTIONS = 512
+_KIND = re.compile(r"[a-z0-9_]{1,64}")
 
 
 class UnknownAgentError(ValueError):
@@ -33,6 +38,55 @@ class UnknownAgentError(ValueError):
 class IngestOutcome:
     result: RecordResult
     error: str | None = None
+
+
+class EdgeRedactionsError(ValueError):
+    """An edge-redaction list that is not what the hook client writes (the reason)."""
+
+
+def parse_edge_redactions(text: str | bytes) -> list[dict]:
+    """The redactions a hook client made before sending a body (the
+    ``X-Hookledger-Redactions`` header: compact JSON, as in a journal record header),
+    checked by :func:`check_edge_redactions`.
+
+    Raises:
+        EdgeRedactionsError: longer than ``MAX_EDGE_REDACTIONS_BYTES``, not JSON, or
+            not a valid list (the message says which).
+    """
+    if len(text) > MAX_EDGE_REDACTIONS_BYTES:
+        raise EdgeRedactionsError(f"longer than {MAX_EDGE_REDACTIONS_BYTES} bytes")
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise EdgeRedactionsError(f"not JSON: {e}") from None
+    return check_edge_redactions(value)
+
+
+def check_edge_redactions(value: object) -> list[dict]:
+    """``value`` as a list of ``{"kind", "path", "count"}`` dicts, exactly: ``kind``
+    1-64 of ``[a-z0-9_]``, ``path`` a JSON path starting with ``$`` (at most 1,024
+    characters), ``count`` an integer >= 1; at most ``MAX_EDGE_REDACTIONS`` entries.
+
+    Raises:
+        EdgeRedactionsError: the first thing that is not so.
+    """
+    if not isinstance(value, list):
+        raise EdgeRedactionsError(f"not a list but {type(value).__name__}")
+    if len(value) > MAX_EDGE_REDACTIONS:
+        raise EdgeRedactionsError(f"more than {MAX_EDGE_REDACTIONS} entries")
+    out = []
+    for i, r in enumerate(value):
+        if not isinstance(r, dict) or set(r) != {"kind", "path", "count"}:
+            raise EdgeRedactionsError(f"entry {i} is not exactly {{kind, path, count}}")
+        kind, path, count = r["kind"], r["path"], r["count"]
+        if not isinstance(kind, str) or not _KIND.fullmatch(kind):
+            raise EdgeRedactionsError(f"entry {i}: bad kind {kind!r}")
+        if not isinstance(path, str) or not path.startswith("$") or len(path) > 1024:
+            raise EdgeRedactionsError(f"entry {i}: bad path")
+        if type(count) is not int or count < 1:
+            raise EdgeRedactionsError(f"entry {i}: bad count {count!r}")
+        out.append({"kind": kind, "path": path, "count": count})
+    return out
 
 
 def ingest_hook(

@@ -22,6 +22,7 @@ resynchronises at the next ``\\nHLJ1 `` header.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -32,7 +33,7 @@ from pathlib import Path
 import orjson
 
 from ledger.app import RecordResult
-from ledger.ingest import parse_hook_body
+from ledger.ingest import EdgeRedactionsError, check_edge_redactions, parse_hook_body
 from ledger.observation import Observation, Rejected
 from ledger.sources.claude_common import parse_time
 
@@ -40,6 +41,8 @@ JOURNAL = "hooks.journal"
 MAGIC = b"HLJ1 "
 CHUNK_RECORDS = 2000
 """Hook payloads per ``record`` call while draining a journal."""
+
+log = logging.getLogger(__name__)
 
 Recorder = Callable[[Sequence[Observation | Rejected]], RecordResult]
 Submitter = Callable[[Sequence[Observation | Rejected]], "Future[RecordResult]"]
@@ -123,7 +126,11 @@ def to_items(entry: JournalRecord | Malformed, source_name: str) -> list[Observa
                      f"malformed journal record: {entry.reason}", entry.data)
         ]
     at = parse_time(entry.captured_at)
-    edge = [dict(r) for r in entry.redactions]
+    try:
+        edge = check_edge_redactions(list(entry.redactions))
+    except EdgeRedactionsError as e:  # recorded without them; never blocks the journal
+        log.warning("ignoring the redactions of journal record %s: %s", entry.key, e)
+        edge = []
     return parse_hook_body(entry.agent, entry.body, entry.key, at, edge)[0]
 
 

@@ -9,12 +9,24 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import Server, free_port, settings_env
+from starlette.convertors import (
+    FloatConvertor,
+    IntegerConvertor,
+    PathConvertor,
+    StringConvertor,
+    UUIDConvertor,
+)
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.testclient import TestClient
 
+from api.app import create_app
+from api.bootstrap import build
 from ledger.config import Settings
 
 HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
@@ -138,5 +150,89 @@ def test_remote_hook_sends_token_strips_private_and_spools_when_unreachable(
             )
             time.sleep(0.05)
         assert prompts == ["public part [private] end", "second [private] prompt"]
+        # the removals made at the edge are recorded with the prompts, by either route
+        r = httpx.get(f"{remote}/v1/sessions/{PROMPT['session_id']}/events", headers=ok, timeout=30)
+        recorded = [
+            (e["raw"]["prompt"], e["redactions"])
+            for e in r.json()["events"]
+            if e["kind"] == "PromptSubmitted"
+        ]
+        edge = [{"kind": "private_tag", "path": "$.prompt", "count": 1}]
+        assert recorded == [
+            ("public part [private] end", edge),  # journalled while the server was down
+            ("second [private] prompt", edge),  # POSTed
+        ]
     finally:
         srv.stop()
+
+
+# -- every route of the app, enumerated: a route added later is covered automatically ---
+
+PUBLIC_ROUTES = frozenset({"/", "/healthz", "/static/{path}"})
+"""Routes that answer without the token, by path template: the viewer's page and its
+static assets (the shell holds no data; it asks for the token) and the health check
+(``api/access.py``: ``OPEN_PATHS``, ``OPEN_PREFIXES``). Everything else needs it."""
+
+_DUMMY_PARAMS = {
+    IntegerConvertor: 1,
+    FloatConvertor: 1.5,
+    UUIDConvertor: uuid.UUID("9a0d6a2c-7f41-4c6e-9c47-0000000000ff"),
+    PathConvertor: "dummy/file.txt",
+    StringConvertor: "dummy",
+}
+
+
+def _probes(routes: list[BaseRoute], prefix: str = "") -> list[tuple[str, str, str]]:
+    """(method, template, concrete path) for every endpoint under ``routes``, Mount
+    sub-routes included; a route type this does not know fails the test (teach it)."""
+    out: list[tuple[str, str, str]] = []
+    for route in routes:
+        if isinstance(route, Route):
+            template = prefix + route.path_format
+            methods = sorted(route.methods or {"GET"})
+        elif isinstance(route, Mount) and route.routes:
+            out += _probes(list(route.routes), prefix + route.path)
+            continue
+        elif isinstance(route, Mount):  # an ASGI app (e.g. StaticFiles): any path below it
+            template = prefix + route.path_format
+            methods = ["GET", "HEAD"]
+        else:
+            raise AssertionError(f"no probe for {type(route).__name__} {route!r}: extend _probes")
+        values = {
+            name: conv.to_string(_DUMMY_PARAMS[type(conv)])
+            for name, conv in route.param_convertors.items()
+        }
+        path = template
+        for name, value in values.items():
+            path = path.replace("{" + name + "}", value)
+        assert "{" not in path, (template, path)
+        out += [(m, template, path) for m in methods]
+    return out
+
+
+def test_every_route_needs_the_token_except_the_public_ones(tmp_path: Path) -> None:
+    services = build(Settings(tmp_path / "data"))
+    app = create_app(services, token=TOKEN)
+    probes = _probes(list(app.routes))
+    templates = {t for _, t, _ in probes}
+    # the enumeration is not vacuous, and no exemption names a route that is gone
+    assert {"/v1/hooks/{agent}", "/v1/stream", "/v1/sessions/{id}"} <= templates, templates
+    assert templates >= PUBLIC_ROUTES, PUBLIC_ROUTES - templates
+    unprotected, refused = [], []
+    try:
+        with TestClient(app) as client:
+            for method, template, path in probes:
+                for token in (None, "wrong", TOKEN):
+                    headers = {"Authorization": f"Bearer {token}"} if token else {}
+                    # stream(): the SSE endpoint never ends; only the status is read
+                    with client.stream(method, path, headers=headers, content=b"{}") as r:
+                        status = r.status_code
+                    if template in PUBLIC_ROUTES or token == TOKEN:
+                        if status == 401:
+                            refused.append((method, path, token, status))
+                    elif status != 401 or r.headers.get("www-authenticate") != "Bearer":
+                        unprotected.append((method, path, token, status))
+    finally:
+        services.close()
+    assert not unprotected, f"answered without a valid token: {unprotected}"
+    assert not refused, f"refused although public or with the token: {refused}"

@@ -18,6 +18,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from conftest import FIXTURES, Server
 from api.bootstrap import build
 from api.hot_path.hook_fast import journal_append, record_bytes, uuid7
 from ledger.config import Settings
+from ledger.envelope import raw_record
 from ledger.journal import JOURNAL, JournalIngester
 from projections import queries
 
@@ -409,3 +411,81 @@ def test_hot_path_secret_precheck_is_exact_on_the_fixtures() -> None:
             assert redact_text(body.decode())[1] == [] or all(
                 r["kind"] == "private_tag" for r in redact_text(body.decode())[1]
             )
+
+
+# -- redactions made at the edge ----------------------------------------------------------
+
+
+def test_edge_private_removals_have_the_servers_paths_and_counts() -> None:
+    """What the hot path removes and reports is what ledger.privacy would have."""
+    from api.hot_path.hook_fast import strip_private_body
+    from ledger.privacy import strip_private
+
+    payload = {
+        "prompt": "a <private>x</private> b <PRIVATE >y</private>",
+        "tool_input": {"command": "echo <private>z", "<private>k</private>": "v"},
+        "items": ["plain", "<private>w</private>"],
+        "n": 1,
+    }
+    body, found = strip_private_body(json.dumps(payload).encode())
+    cleaned, expected = strip_private(payload)
+    assert json.loads(body) == cleaned
+    assert sorted(found, key=str) == sorted(expected, key=str)
+    assert {r["path"] for r in found} == {
+        "$.prompt", "$.tool_input.command", "$.tool_input.<key>", "$.items[1]"
+    }
+    assert strip_private_body(b'{"prompt": "nothing here"}') == (
+        b'{"prompt": "nothing here"}', []
+    )
+    assert strip_private_body(b"not json <private>q</private>") == (
+        b"not json [private]", [{"kind": "private_tag", "path": "$", "count": 1}]
+    )
+
+
+def test_a_long_redaction_list_collapses_to_totals_per_kind() -> None:
+    from api.hot_path.hook_fast import MAX_REDACTIONS_BYTES, encode_redactions
+
+    assert encode_redactions([]) == b""
+    few = [{"kind": "private_tag", "path": "$.prompt", "count": 2}]
+    assert json.loads(encode_redactions(few)) == few
+    many = [{"kind": "private_tag", "path": f"$.items[{i}]", "count": 1} for i in range(500)]
+    many += [{"kind": "jwt", "path": "$", "count": 3}]
+    encoded = encode_redactions(many)
+    assert len(encoded) <= MAX_REDACTIONS_BYTES and b" " not in encoded
+    assert json.loads(encoded) == [
+        {"kind": "private_tag", "path": "$", "count": 500},
+        {"kind": "jwt", "path": "$", "count": 3},
+    ]
+
+
+def test_journalled_private_removals_are_recorded_and_bad_ones_never_block(
+    settings: Settings,
+) -> None:
+    """The hot path (server down) journals the removal with the record; a record whose
+    redactions are malformed is ingested without them instead of stalling the journal."""
+    spool = settings.data_dir / "spool"
+    body = json.loads(_prompt(7, 1))
+    body["prompt"] = "keep <private>drop</private> keep"
+    out = run_hook(settings.data_dir, json.dumps(body).encode())
+    assert out.returncode == 0, out.stderr
+    bad = b'[{"kind":"private_tag","count":1}]'  # no path
+    at = "2026-06-20T00:00:00.000Z"
+    journal_append(str(spool), record_bytes("claude-code", _prompt(7, 2), uuid7(), at, bad))
+    services = build(settings)
+    try:
+        JournalIngester(spool, services.ledger.record).drain()
+        services.runner.catch_up()
+        sid = queries.find_session_id(services.models, "00000000-0000-4000-8000-000000000007")
+        assert sid is not None
+        prompts = {
+            raw_record(e)["prompt"]: [r.model_dump() for r in e.redactions]
+            for e in services.ledger.events.get(UUID(sid))
+            if type(e).__name__ == "PromptSubmitted"
+        }
+    finally:
+        services.close()
+    assert prompts == {
+        "keep [private] keep": [{"kind": "private_tag", "path": "$.prompt", "count": 1}],
+        "bulk prompt 2": [],
+    }
+    assert not list(spool.iterdir())

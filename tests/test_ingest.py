@@ -102,3 +102,69 @@ def test_hook_command_exits_zero_on_garbage(settings: Settings, tmp_path: Path) 
     out = cli(settings, "hook", "claude-code", stdin=b"\x00garbage", check=False,
               extra_env={"HOOKLEDGER_URL": "http://127.0.0.1:9"})
     assert out.returncode == 0 and out.stdout.strip() == b"{}"
+
+
+def test_edge_redactions_header_is_recorded_and_a_malformed_one_ignored_with_a_reason(
+    settings: Settings, server: Server
+) -> None:
+    """A hook client that removed ``<private>`` spans before sending says so in
+    ``X-Hookledger-Redactions``; the recorded event carries it. A malformed header is
+    logged and ignored: the body is recorded all the same."""
+    url = server.url + "/v1/hooks/claude-code"
+    said = [{"kind": "private_tag", "path": "$.prompt", "count": 2}]
+    cases = [
+        ("carried [private] and [private]", json.dumps(said, separators=(",", ":")), said),
+        ("malformed header", "private_tag=2", []),
+        ("a count of zero", '[{"kind":"private_tag","path":"$.prompt","count":0}]', []),
+        ("no header", None, []),
+    ]
+    for i, (prompt, header, _) in enumerate(cases):
+        headers = {"X-Hookledger-Capture-Key": f"edge-{i}"}
+        if header is not None:
+            headers["X-Hookledger-Redactions"] = header
+        r = httpx.post(url, json={**PROMPT, "prompt": prompt}, headers=headers, timeout=30)
+        assert r.status_code == 202, r.text
+    events = httpx.get(f"{server.url}/v1/sessions/{PROMPT['session_id']}/events", timeout=30)
+    recorded = {
+        e["raw"]["prompt"]: e["redactions"]
+        for e in events.json()["events"]
+        if e["kind"] == "PromptSubmitted"
+    }
+    assert recorded == {prompt: expected for prompt, _, expected in cases}
+    server.stop()
+    assert server.proc is not None and server.proc.stderr is not None
+    log = server.proc.stderr.read().decode()
+    assert "ignoring X-Hookledger-Redactions of capture edge-1: not JSON" in log, log
+    assert "ignoring X-Hookledger-Redactions of capture edge-2: entry 0: bad count 0" in log
+
+
+def test_edge_redactions_are_checked_strictly() -> None:
+    import pytest
+
+    from ledger.ingest import (
+        MAX_EDGE_REDACTIONS,
+        MAX_EDGE_REDACTIONS_BYTES,
+        EdgeRedactionsError,
+        check_edge_redactions,
+        parse_edge_redactions,
+    )
+
+    good = '[{"kind":"private_tag","path":"$.prompt","count":2},{"kind":"jwt","path":"$","count":1}]'
+    assert parse_edge_redactions(good) == json.loads(good)
+    assert parse_edge_redactions("[]") == []
+    bad = {
+        "private_tag=2": "not JSON",
+        '{"kind":"private_tag","path":"$","count":1}': "not a list",
+        '[{"kind":"private_tag","path":"$","count":1,"text":"x"}]': "not exactly",
+        '[{"kind":"Private Tag","path":"$","count":1}]': "bad kind",
+        '[{"kind":"private_tag","path":"prompt","count":1}]': "bad path",
+        '[{"kind":"private_tag","path":"$","count":true}]': "bad count",
+        '[{"kind":"private_tag","path":"$","count":"2"}]': "bad count",
+        '[{"kind":"private_tag","path":"$","count":-1}]': "bad count",
+        "[" + " " * MAX_EDGE_REDACTIONS_BYTES + "]": "longer than",
+    }
+    for text, reason in bad.items():
+        with pytest.raises(EdgeRedactionsError, match=reason):
+            parse_edge_redactions(text)
+    with pytest.raises(EdgeRedactionsError, match="more than"):  # a journal record's list
+        check_edge_redactions([{"kind": "a", "path": "$", "count": 1}] * (MAX_EDGE_REDACTIONS + 1))

@@ -20,7 +20,9 @@ payload on stdin and, always printing valid hook output and exiting 0:
   (context at most 10,000 characters), so no JSON library is loaded unless a value holds
   an escape. ``{}`` when the server does not answer. The payload is journalled first.
 * Remote server (``HOOKLEDGER_URL`` not loopback): the payload is POSTed to
-  ``/v1/hooks/<agent>``; when unreachable (or a 5xx, 401, 403) it is journalled.
+  ``/v1/hooks/<agent>``, the redactions made here in the header
+  ``X-Hookledger-Redactions`` (same JSON as in a journal record); when unreachable (or a
+  5xx, 401, 403) it is journalled.
 
 ``HOOKLEDGER_TOKEN``, when set, is sent as ``Authorization: Bearer <token>``.
 
@@ -30,9 +32,12 @@ record, ``O_APPEND`` under an exclusive ``flock``, then ``fdatasync``::
     HLJ1 <capture key> <captured at, ISO-8601 UTC> <agent> <body length in bytes>[ <redactions>]\\n
     <body bytes>\\n
 
-``<redactions>``: present when secrets were redacted here (a payload holding one of
-:data:`SECRET_RULES`' literals takes the slow branch, :func:`redact_secrets_body`): the
-redactions (kind, path, count) as compact JSON, recorded by the server with the event.
+``<redactions>``: present when something was removed here — ``<private>`` spans
+(:func:`strip_private_body`) or secrets (a payload holding one of :data:`SECRET_RULES`'
+literals takes the slow branch, :func:`redact_secrets_body`): the redactions
+``[{"kind", "path", "count"}, …]`` as compact ASCII JSON (:func:`encode_redactions`, at
+most :data:`MAX_REDACTIONS_BYTES`), recorded by the server with the event, so the log
+says that a removal happened even though the content never left this machine.
 """
 
 import fcntl
@@ -47,6 +52,9 @@ MAX_CONTEXT_CHARS = 10_000
 CONTEXT_TIMEOUT_S = 2.0
 POST_TIMEOUT_S = 2.0
 PLACEHOLDER = "[private]"
+MAX_REDACTIONS_BYTES = 4096
+"""Longest encoded redaction list (journal header field / HTTP header); a longer one is
+collapsed to one total per kind at path ``$`` (:func:`encode_redactions`)."""
 # \uXXXX escapes (lower-cased hex) that could spell part of an opening tag "<private".
 _TAG_ESCAPES = frozenset(
     b"00" + c.encode()
@@ -140,8 +148,8 @@ def now_iso() -> str:
 
 
 def record_bytes(agent: str, body: bytes, key: str, at: str, redactions: bytes = b"") -> bytes:
-    """One journal record (header line, body, newline); ``redactions``: the secret
-    redactions made here, as compact JSON (no spaces), appended to the header."""
+    """One journal record (header line, body, newline); ``redactions``: the
+    redactions made here (:func:`encode_redactions`), appended to the header."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent) or "_"
     header = b"%s %s %s %s %d" % (MAGIC, key.encode(), at.encode(), safe.encode(), len(body))
     if redactions:
@@ -171,24 +179,40 @@ def may_hold_secret(body: bytes) -> bool:
     return False
 
 
-def redact_secrets_body(body: bytes) -> tuple[bytes, bytes]:
+def redact_secrets_body(body: bytes) -> tuple[bytes, list[dict]]:
     """Secret redaction before the payload is written or sent (the slow branch, taken
     only when :func:`may_hold_secret`): :func:`ledger.privacy.redact_text` (standard
     library only) on the raw JSON text, imported from the package root beside this
-    file. Returns (body, the redactions as compact JSON for the journal header, or
-    ``b""`` when nothing was redacted)."""
+    file. Returns (body, the redactions ``{kind, path: "$", count}``; ``[]`` when
+    nothing was redacted)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    import json
-
     from ledger.privacy import redact_text
 
     text, redactions = redact_text(body.decode("utf-8", "surrogateescape"))
     if not redactions:
-        return body, b""
+        return body, []
+    return text.encode("utf-8", "surrogateescape"), redactions
+
+
+def encode_redactions(redactions: list[dict]) -> bytes:
+    """``redactions`` as compact ASCII JSON (no spaces: it is one field of a journal
+    header, and an HTTP header value), ``b""`` for none. Longer than
+    :data:`MAX_REDACTIONS_BYTES`: one ``{kind, path: "$", count: total}`` per kind
+    instead, so the counts survive and the header stays small."""
+    if not redactions:
+        return b""
+    import json
+
     found = json.dumps(redactions, separators=(",", ":"), ensure_ascii=True).encode()
-    return text.encode("utf-8", "surrogateescape"), found
+    if len(found) <= MAX_REDACTIONS_BYTES:
+        return found
+    totals: dict[str, int] = {}
+    for r in redactions:
+        totals[r["kind"]] = totals.get(r["kind"], 0) + r["count"]
+    collapsed = [{"kind": k, "path": "$", "count": n} for k, n in totals.items()]
+    return json.dumps(collapsed, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def journal_append(spool_dir: str, record: bytes) -> None:
@@ -332,36 +356,49 @@ def may_hold_private(body: bytes) -> bool:
     return False
 
 
-def strip_private_body(body: bytes) -> bytes:
+def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
     """``body`` with private spans removed from every JSON string (keys and values);
-    a body that is not JSON is scanned as text."""
+    a body that is not JSON is scanned as text (path ``$``). Returns (body, one
+    ``{"kind": "private_tag", "path", "count"}`` per string that lost spans, with the
+    JSON paths of :func:`ledger.privacy.strip_private`, e.g. ``$.tool_input.command``,
+    ``$.items[2]``, ``$.<key>`` for a key)."""
     import json
 
     text = body.decode("utf-8", "surrogateescape")
     if "<" not in text and "\\u" not in text:
-        return body
+        return body, []
     try:
         value = json.loads(text)
     except ValueError:
         cleaned, n = strip_private_text(text)
-        return cleaned.encode("utf-8", "surrogateescape") if n else body
-    changed = [0]
+        if not n:
+            return body, []
+        found = [{"kind": "private_tag", "path": "$", "count": n}]
+        return cleaned.encode("utf-8", "surrogateescape"), found
+    found: list[dict] = []
 
-    def walk(v):  # type: ignore[no-untyped-def]
+    def strip(v: str, path: str) -> str:
+        s, n = strip_private_text(v)
+        if n:
+            found.append({"kind": "private_tag", "path": path, "count": n})
+        return s
+
+    def walk(v, path):  # type: ignore[no-untyped-def]
         if isinstance(v, str):
-            s, n = strip_private_text(v)
-            changed[0] += n
-            return s
+            return strip(v, path)
         if isinstance(v, dict):
-            return {walk(k): walk(x) for k, x in v.items()}
+            return {
+                (strip(k, path + ".<key>") if isinstance(k, str) else k): walk(x, f"{path}.{k}")
+                for k, x in v.items()
+            }
         if isinstance(v, list):
-            return [walk(x) for x in v]
+            return [walk(x, f"{path}[{i}]") for i, x in enumerate(v)]
         return v
 
-    cleaned = walk(value)
-    if not changed[0]:
-        return body
-    return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    cleaned = walk(value, "$")
+    if not found:
+        return body, []
+    return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", "surrogateescape"), found
 
 
 # -- talking to the server (only SessionStart and remote mode) -----------------------
@@ -403,22 +440,22 @@ def http(
         conn.close()
 
 
-def post_hook(url: str, agent: str, body: bytes, key: str, at: str) -> bool:
+def post_hook(
+    url: str, agent: str, body: bytes, key: str, at: str, redactions: bytes = b""
+) -> bool:
     """POST one payload; True when the server took it (2xx/4xx: 4xx bodies are kept
-    by the server as rejected input), False when it should be journalled."""
+    by the server as rejected input), False when it should be journalled.
+    ``redactions``: :func:`encode_redactions` of what was removed here, sent as
+    ``X-Hookledger-Redactions``."""
+    headers = {
+        "Content-Type": "application/json",
+        "X-Hookledger-Capture-Key": key,
+        "X-Hookledger-Captured-At": at,
+    }
+    if redactions:
+        headers["X-Hookledger-Redactions"] = redactions.decode("ascii")
     try:
-        status, _ = http(
-            "POST",
-            url,
-            "/v1/hooks/" + quote(agent),
-            body,
-            {
-                "Content-Type": "application/json",
-                "X-Hookledger-Capture-Key": key,
-                "X-Hookledger-Captured-At": at,
-            },
-            POST_TIMEOUT_S,
-        )
+        status, _ = http("POST", url, "/v1/hooks/" + quote(agent), body, headers, POST_TIMEOUT_S)
     except Exception:
         return False
     return status < 500 and status not in (401, 403)
@@ -458,12 +495,14 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
     at = now_iso()
     target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
     spool = data_dir + "/spool"
+    removed: list[dict] = []
     if may_hold_private(body):
-        body = strip_private_body(body)
-    redactions = b""
+        body, removed = strip_private_body(body)
     if may_hold_secret(body):
-        body, redactions = redact_secrets_body(body)
-    if is_loopback(target) or not post_hook(target, agent, body, key, at):
+        body, secrets = redact_secrets_body(body)
+        removed += secrets
+    redactions = encode_redactions(removed)
+    if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):
         journal_append(spool, record_bytes(agent, body, key, at, redactions))
     if hook_event_name(body) == "SessionStart":
         return session_start_output(target, body)
