@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+from sqlalchemy import func, select
 
 from api.bootstrap import build
 from api.hook_install import hook_command, precompile
@@ -89,7 +90,7 @@ def main() -> None:
     rebuild_s = time.perf_counter() - t0
     docs = services.models.table("search_documents")
     with services.models.engine.connect() as conn:
-        n_docs = conn.execute(docs.count()).scalar_one()
+        n_docs = conn.execute(select(func.count()).select_from(docs)).scalar_one()
     print(f"rebuild search: {applied:,} events, {n_docs:,} documents in {rebuild_s:.1f} s", flush=True)
     results: dict[str, object] = {"events": head, "documents": n_docs, "rebuild_s": rebuild_s}
 

@@ -244,3 +244,41 @@ def test_viewer_shows_a_batch_summary_live_and_escaped(settings: Settings, reque
             browser.close()
     finally:
         srv.stop()
+
+
+def test_viewer_search_finds_a_prompt_shows_it_as_text_and_opens_its_session(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    """The header's search box: a prompt sent by a hook is found by one of its words,
+    the match is highlighted, markup in it stays text, and a click opens the session."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    base = {"session_id": "viewer-search-1", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp/proj"}
+    prompt = 'tidy the <img id="xss" src="x" onerror="window.pwned=1"> gravlaxifier module'
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / request.node.name.replace("/", "_")
+    srv = Server(settings).start()
+    try:
+        sid = post(srv.url, {**base, "hook_event_name": "UserPromptSubmit", "prompt": prompt}, "search-1")["sessions"][0]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{srv.url}/")
+            page.fill("#search-input", "gravlaxifier")
+            page.press("#search-input", "Enter")
+            hit = page.wait_for_selector("#hits li.hit[data-kind=prompt]")
+            assert hit.get_attribute("data-session") == sid
+            assert page.locator("#hits mark").all_inner_texts() == ["gravlaxifier"]
+            assert "<img" in hit.inner_text()
+            assert page.locator("#hits img, #xss").count() == 0
+            assert page.evaluate("window.pwned") is None
+            page.screenshot(path=f"{shot}-search.png")
+            hit.click()
+            page.wait_for_url(f"**/#/session/{sid}")
+            page.wait_for_selector("#batches .batch[data-batch='1']")
+            browser.close()
+    finally:
+        srv.stop()

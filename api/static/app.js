@@ -1,7 +1,7 @@
 // hookledger viewer: plain modern JS, no build step, no network beyond this server.
 // Everything shown is set with textContent / text nodes, never innerHTML.
-// Views: #/ (sessions, paginated) and #/session/<id> (batches, tool calls, status
-// timeline, live ledger events). Live updates come from GET /v1/stream (docs/sse.md).
+// Views: #/ (sessions, paginated), #/session/<id> (batches, tool calls, status
+// timeline, live ledger events) and #/search?q=… (full-text search, docs/search.md). Live updates come from GET /v1/stream (docs/sse.md).
 
 const PAGE = 50;
 const MAX_EVENTS_SHOWN = 500;
@@ -404,12 +404,62 @@ function sessionView(id) {
   });
 }
 
+// -- search ---------------------------------------------------------------------------
+
+const searchForm = document.getElementById("search-form");
+const searchInput = document.getElementById("search-input");
+
+searchForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  const q = searchInput.value.trim();
+  if (q) location.hash = "#/search?" + new URLSearchParams({ q });
+});
+
+// The server marks matched words with « »; they become <mark> elements, the rest text.
+function snippetNodes(snippet) {
+  return (snippet || "").split(/(«[^«»]*»)/).filter(Boolean).map(
+    (part) => (part.startsWith("«") && part.endsWith("»") ? el("mark", {}, part.slice(1, -1)) : part));
+}
+
+async function searchView(params) {
+  closeStream();
+  setConn("search", "idle");
+  const q = params.get("q") || "";
+  searchInput.value = q;
+  const info = el("p", { class: "muted" }, "searching…");
+  const list = el("ol", { class: "hits", id: "hits" });
+  view.replaceChildren(el("h2", {}, "Search: ", q), info, list);
+  let data;
+  try {
+    const r = await fetch(withToken("/v1/search?" + new URLSearchParams({ q, limit: 50 })), { headers: { Accept: "application/json" } });
+    if (r.status === 401) { askToken(); return; }
+    data = await r.json();
+    if (!r.ok) { info.textContent = data.error || `HTTP ${r.status}`; return; }
+  } catch (e) {
+    info.textContent = String(e);
+    return;
+  }
+  const n = data.hits.length;
+  info.textContent = n ? `${n} match${n === 1 ? "" : "es"}, best and most recent first` : "no matches";
+  list.replaceChildren(...data.hits.map((h) => el("li", {
+    class: "hit", "data-session": h.session_id, "data-kind": h.kind,
+    onclick: () => { location.hash = "#/session/" + encodeURIComponent(h.session_id); },
+  },
+    el("span", { class: "kind" }, h.kind.replace("_", " ")),
+    el("strong", {}, h.title),
+    el("span", { class: "muted" }, ` · ${h.agent || "?"} · ${(h.cwd || "").split("/").filter(Boolean).slice(-2).join("/") || "–"} · batch ${h.batch} · ${when(h.occurred_at)}`),
+    el("p", { class: "snippet" }, ...snippetNodes(h.snippet)),
+  )));
+  debug.rendered++;
+}
+
 // -- routing --------------------------------------------------------------------------
 
 function route() {
   const hash = location.hash || "#/";
   const m = hash.match(/^#\/session\/(.+)$/);
   if (m) sessionView(decodeURIComponent(m[1]));
+  else if (hash.startsWith("#/search")) searchView(new URLSearchParams(hash.split("?")[1] || ""));
   else listView(new URLSearchParams(hash.split("?")[1] || ""));
 }
 
