@@ -16,7 +16,7 @@ most halve a score. ``order="recent"``: matches newest first (log position).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ CANDIDATES = 200
 HALF_LIFE_DAYS = 14.0
 _WORD = re.compile(r"\w+")
 _MARK = ("\x02", "\x03")  # snippet highlight markers, replaced by « » after the query
+HEADLINE = f"StartSel={_MARK[0]}, StopSel={_MARK[1]}, MaxWords=30, MinWords=10, MaxFragments=1, FragmentDelimiter=…"
 
 
 class SearchQueryError(ValueError):
@@ -98,44 +99,59 @@ def search(
     docs, sessions = tables["search_documents"], tables["sessions"]
     filters, params = _filters(kinds, session_id, cwd)
     k = max(limit, 1) if order == "recent" else max(limit, CANDIDATES)
-    if conn.dialect.name == "sqlite":
-        match = (" OR " if any_term else " ").join(f'"{w}"' for w in words)
+    sqlite = conn.dialect.name == "sqlite"
+    if sqlite:
+        params["match"] = (" OR " if any_term else " ").join(f'"{w}"' for w in words)
         fts = '"' + fts_table(docs.name) + '"'
         ranked = "d.position DESC" if order == "recent" else f"bm25({fts}), d.position DESC"
         sql = (
             "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, "
-            f"snippet({fts}, 0, '{_MARK[0]}', '{_MARK[1]}', '…', 24) AS snippet, "
-            f"COALESCE(d.occurred_at, s.last_activity_at) AS occurred_at, d.position, "
+            "COALESCE(d.occurred_at, s.last_activity_at) AS occurred_at, d.position, "
             f"-bm25({fts}) AS relevance "
             f'FROM {fts} JOIN "{docs.name}" AS d ON d.doc_id = {fts}.rowid '
             f'LEFT JOIN "{sessions.name}" AS s ON s.id = d.session_id '
             f"WHERE {fts} MATCH :match {filters} ORDER BY {ranked} LIMIT :k"
         )
-        params["match"] = match
+        snippets = (
+            f"SELECT rowid, snippet({fts}, 0, '{_MARK[0]}', '{_MARK[1]}', '…', 24) "
+            f"FROM {fts} WHERE {fts} MATCH :match AND rowid IN :ids"
+        )
     else:
-        tsquery = (" | " if any_term else " & ").join(f"'{w}'" for w in words)
+        params.update(config=FTS_CONFIG, tsq=(" | " if any_term else " & ").join(f"'{w}'" for w in words))
         sql = (
-            f"SELECT c.*, ts_headline(:config, {pg_words('c.body')}, to_tsquery(:config, :tsq), :headline) "
-            "AS snippet FROM ("
-            "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, d.body, "
+            "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, "
             "COALESCE(d.occurred_at, s.last_activity_at) AS occurred_at, d.position, "
             f"ts_rank_cd({pg_document('d.body')}, to_tsquery(:config, :tsq)) AS relevance "
             f'FROM "{docs.name}" AS d LEFT JOIN "{sessions.name}" AS s ON s.id = d.session_id '
             f"WHERE {pg_document('d.body')} @@ to_tsquery(:config, :tsq) {filters} "
             f"ORDER BY {'d.position DESC' if order == 'recent' else 'relevance DESC, d.position DESC'} "
-            "LIMIT :k) AS c"
+            "LIMIT :k"
         )
-        params.update(config=FTS_CONFIG, tsq=tsquery, headline=(
-            f"StartSel={_MARK[0]}, StopSel={_MARK[1]}, MaxWords=30, MinWords=10, MaxFragments=1, "
-            "FragmentDelimiter=…"
-        ))
+        snippets = (
+            f"SELECT doc_id, ts_headline(:config, {pg_words('body')}, to_tsquery(:config, :tsq), :headline) "
+            f'FROM "{docs.name}" WHERE doc_id IN :ids'
+        )
     params["k"] = k
     statement = text(sql)
     if "kinds" in params:
         statement = statement.bindparams(bindparam("kinds", expanding=True))
     rows = [dict(r) for r in conn.execute(statement, params).mappings()]
-    hits = _rank(rows, order, now or datetime.now(UTC), half_life_days)
-    return hits[:limit]
+    hits = _rank(rows, order, now or datetime.now(UTC), half_life_days)[:limit]
+    # snippets (the costly part) only for the hits returned
+    if hits:
+        found = dict(conn.execute(
+            text(snippets).bindparams(bindparam("ids", expanding=True)),
+            {**({"match": params["match"]} if sqlite else {
+                "config": FTS_CONFIG, "tsq": params["tsq"], "headline": HEADLINE}),
+             "ids": [h.doc_id for h in hits]},
+        ).all())
+        hits = [replace(h, snippet=_snippet(found.get(h.doc_id))) for h in hits]
+    return hits
+
+
+def _snippet(raw: str | None) -> str:
+    text_ = (raw or "").replace(_MARK[0], "«").replace(_MARK[1], "»")
+    return " ".join(text_.split())
 
 
 def _filters(kinds: tuple[str, ...] | None, session_id: str | None, cwd: str | None) -> tuple[str, dict[str, Any]]:
@@ -159,10 +175,9 @@ def _rank(rows: list[dict[str, Any]], order: str, now: datetime, half_life: floa
         relevance = float(r["relevance"] or 0.0)
         age = _age_days(r["occurred_at"], now)
         score = (relevance / best) * (0.5 + 0.5 * 2 ** (-age / half_life))
-        snippet = (r["snippet"] or "").replace(_MARK[0], "«").replace(_MARK[1], "»")
         hits.append(SearchHit(
             doc_id=int(r["doc_id"]), session_id=r["session_id"], agent=r["agent"], cwd=r["cwd"],
-            kind=r["kind"], batch=int(r["batch"]), title=r["title"], snippet=" ".join(snippet.split()),
+            kind=r["kind"], batch=int(r["batch"]), title=r["title"], snippet="",
             occurred_at=r["occurred_at"], position=int(r["position"]), relevance=relevance,
             score=round(score, 6),
         ))
