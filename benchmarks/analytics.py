@@ -30,9 +30,11 @@ TARGET_CATCH_UP_S = 15.0
 TARGET_QUERY_MS = 50.0
 
 
-def build_store(store: Path, min_events: int) -> int:
-    """Import copies of the fixtures until the log holds ``min_events``; returns the head."""
-    services = build(Settings(store))
+def build_store(store: Path, min_events: int, settings: Settings | None = None) -> int:
+    """Import copies of the fixtures until the log holds ``min_events``; returns the head.
+    ``settings``: another backend for the store (default: SQLite in ``store``)."""
+    store.mkdir(parents=True, exist_ok=True)
+    services = build(settings or Settings(store))
     try:
         k = 0
         while (head := services.ledger.max_position()) < min_events:

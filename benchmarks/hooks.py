@@ -86,7 +86,7 @@ def clean_env() -> dict[str, str]:
 
 
 class Serve:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, env: dict[str, str] | None = None) -> None:
         import socket
 
         with socket.socket() as s:
@@ -104,7 +104,7 @@ class Serve:
                 "--port",
                 str(self.port),
             ],
-            env=clean_env(),
+            env={**clean_env(), **(env or {})},
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -17,12 +17,21 @@ Batch = list[tuple[int, Any]]
 
 class Companion(NamedTuple):
     """A database object beside a projection's tables that SQLAlchemy does not model
-    (a full-text index): ``kind`` ``table`` or ``index``, its ``name`` (with the rebuild
-    suffix when it belongs to shadow tables) and the DDL creating it if missing."""
+    (a full-text index): ``kind`` ``table``, ``index`` or ``column`` (a generated column
+    of ``table``, which moves with its table and is ignored by the schema check), its
+    ``name`` (with the rebuild suffix when it belongs to shadow tables) and the DDL
+    creating it if missing."""
 
     kind: str
     name: str
     create: str
+    table: str = ""
+
+    def drop_sql(self) -> str:
+        """DDL dropping it if it exists."""
+        if self.kind == "column":
+            return f'ALTER TABLE IF EXISTS "{self.table}" DROP COLUMN IF EXISTS "{self.name}"'
+        return f'DROP {self.kind.upper()} IF EXISTS "{self.name}"'
 
 
 class Projection:

@@ -106,13 +106,15 @@ def _details(models: ReadModels, sid: str) -> tuple[list[str], Counter[str], lis
 
 
 def memory_query(models: ReadModels, cwd: str, session_id: str | None = None) -> str:
-    """Up to QUERY_TERMS frequent words (4+ letters, no stopwords) of the latest prompts:
-    the session's own (ledger or agent id) when it has some, else the project's."""
+    """Up to QUERY_TERMS frequent words (4+ letters, no stopwords) of the latest typed
+    prompts (``human``: not subagent task prompts, which restate the parent's request in
+    the subagent's words): the session's own (ledger or agent id) when it has some, else
+    the project's."""
     b, s = models.table("prompt_batches"), models.table("sessions")
     base = (
         select(b.c.prompt)
         .join(s, s.c.id == b.c.session_id)
-        .where(s.c.cwd == cwd, b.c.prompt.is_not(None))
+        .where(s.c.cwd == cwd, b.c.prompt.is_not(None), b.c.prompt_kind == "human")
         .order_by(b.c.last_position.desc())
         .limit(QUERY_PROMPTS)
     )
@@ -139,11 +141,12 @@ def memory_digest(models: ReadModels, cwd: str, *, session_id: str | None = None
     items: list[tuple[str, str, str | None, str]] = []
     with models.engine.connect() as conn:
         if terms(query):
+            # 3× the items: repeated titles are dropped below, before the limit
             for h in search(conn, tables, query, kinds=("observation", "summary"), cwd=cwd,
-                            any_term=True, limit=MEMORY_ITEMS):
+                            any_term=True, limit=3 * MEMORY_ITEMS):
                 items.append((h.title, h.snippet.replace("«", "").replace("»", ""), h.occurred_at, h.session_id))
         if not items:
-            for d in recent_documents(conn, tables, kinds=("observation",), cwd=cwd, limit=MEMORY_ITEMS):
+            for d in recent_documents(conn, tables, kinds=("observation",), cwd=cwd, limit=3 * MEMORY_ITEMS):
                 detail = " ".join(d["body"].split("\n")[1:2])
                 items.append((d["title"], detail, d["occurred_at"], d["session_id"]))
     if not items:
@@ -153,6 +156,8 @@ def memory_digest(models: ReadModels, cwd: str, *, session_id: str | None = None
     for title, detail, at, sid in items:
         if title in seen:
             continue
+        if len(seen) == MEMORY_ITEMS:
+            break
         seen.add(title)
         line = f"- {_short(title, 200)}" + (f" — {_short(detail, 240)}" if detail and detail not in title else "")
         line += f" ({(at or '?')[:10]}, session {sid[:8]})\n"

@@ -79,12 +79,21 @@ class ReadModels:
             name: build_tables(self.metadata, name) for name in PROJECTION_CLASSES
         }
         self.metadata.create_all(engine)
-        outdated = reset_outdated(engine, self.tables, self.tracking)  # columns changed: rebuild
+        dialect = engine.dialect.name
+        extra = {
+            c.table: c.name
+            for name in PROJECTION_CLASSES
+            for c in PROJECTION_CLASSES[name].companions(dialect)
+            if c.kind == "column"
+        }
+        outdated = reset_outdated(  # columns changed: rebuild
+            engine, self.tables, self.tracking,
+            ignore={t: {c} for t, c in extra.items()},
+            on_drop=lambda conn, name: _drop_companions(conn, name, ""),
+        )
         if outdated:
             self.metadata.create_all(engine)
         with engine.begin() as conn:
-            for name in outdated:
-                _drop_companions(conn, name, "")
             for name in PROJECTION_CLASSES:
                 _create_companions(conn, name, "")
 
@@ -270,14 +279,16 @@ def _create_companions(conn, name: str, suffix: str) -> None:  # type: ignore[no
 
 
 def _drop_companions(conn, name: str, suffix: str) -> None:  # type: ignore[no-untyped-def]
-    for c in _companions(conn, name, suffix):
-        conn.execute(text(f'DROP {c.kind.upper()} IF EXISTS "{c.name}"'))
+    for c in reversed(_companions(conn, name, suffix)):
+        conn.execute(text(c.drop_sql()))
 
 
 def _rename_companions(conn, name: str) -> None:  # type: ignore[no-untyped-def]
     """Shadow companions take the live names (after their tables were swapped)."""
     live = _companions(conn, name, "")
     for shadow, target in zip(_companions(conn, name, REBUILD_SUFFIX), live, strict=True):
+        if shadow.kind == "column":
+            continue  # renamed with its table
         conn.execute(text(f'ALTER {shadow.kind.upper()} "{shadow.name}" RENAME TO "{target.name}"'))
 
 

@@ -19,8 +19,10 @@ as the rows and the tracking position (exactly once, like every read model):
 * SQLite: an FTS5 table ``search_fts`` (``porter unicode61`` tokenizer: case-folded,
   diacritics removed, English stemming) whose ``rowid`` is ``doc_id``; the projection
   writes it beside the rows (:meth:`SearchProjection.flush`).
-* PostgreSQL: a GIN index on ``to_tsvector('english', body)`` (:func:`pg_document`),
-  kept by the database.
+* PostgreSQL: a stored generated column ``tsv`` = :func:`pg_document` of ``body``
+  (``english`` configuration, punctuation made spaces first) with a GIN index on it,
+  both kept by the database; ranking reads the stored vector instead of parsing every
+  matching body again.
 
 Both are :class:`~projections.base.Companion` objects, so ``projections rebuild search``
 rebuilds and swaps them with the table. Queries: :mod:`projections.search_query`.
@@ -41,13 +43,22 @@ TITLE_CHARS = 160
 PROMPT_KINDS = frozenset({"human", "task"})
 FTS_CONFIG = "english"
 """PostgreSQL text search configuration (SQLite: the ``porter`` tokenizer)."""
+PG_SEPARATORS = r"[!-/:-@[-`{-~\s]+"
+"""PostgreSQL regular expression (ARE) of the characters that separate words: every
+ASCII punctuation character (``!``..``/``, ``:``..``@``, ``[``..`` ` ``, ``{``..``~``,
+underscore included, as in FTS5) and white space."""
+TSV_COLUMN = "tsv"
+"""PostgreSQL: the stored ``tsvector`` column of ``search_documents``."""
 
 
 def pg_words(column: str) -> str:
-    """``column`` with runs of non-word characters replaced by one space, so that
-    PostgreSQL's parser sees the words FTS5 sees: ``2>/dev/null`` holds ``dev`` and
-    ``null``, not one file-path token."""
-    return f"regexp_replace({column}, '\\W+', ' ', 'g')"
+    """``column`` with runs of ASCII punctuation and white space replaced by one space,
+    so that PostgreSQL's parser sees the words FTS5's ``unicode61`` sees: ``2>/dev/null``
+    holds ``dev`` and ``null``, ``snake_case`` holds ``snake`` and ``case``, not one
+    file-path or identifier token. The class is spelled as ASCII ranges (not ``\\W``,
+    whose meaning depends on the database's collation: under ``C`` it would erase every
+    non-ASCII letter)."""
+    return f"regexp_replace({column}, '{PG_SEPARATORS}', ' ', 'g')"
 
 
 def pg_document(column: str) -> str:
@@ -74,12 +85,16 @@ def companions(dialect: str, suffix: str = "") -> list[Companion]:
             "table", name,
             f"CREATE VIRTUAL TABLE IF NOT EXISTS \"{name}\" USING fts5(body, tokenize = 'porter unicode61')",
         )]
-    name = f"search_documents_fts{suffix}"
-    return [Companion(
-        "index", name,
-        f"CREATE INDEX IF NOT EXISTS \"{name}\" ON \"search_documents{suffix}\" "
-        f"USING gin (({pg_document('body')}))",
-    )]
+    table, name = f"search_documents{suffix}", f"search_documents_fts{suffix}"
+    return [
+        Companion(
+            "column", TSV_COLUMN,
+            f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{TSV_COLUMN}" tsvector '
+            f"GENERATED ALWAYS AS ({pg_document('body')}) STORED",
+            table,
+        ),
+        Companion("index", name, f'CREATE INDEX IF NOT EXISTS "{name}" ON "{table}" USING gin ("{TSV_COLUMN}")'),
+    ]
 
 
 def searchable_text(value: Any, limit: int = MAX_BODY) -> str:
@@ -132,21 +147,13 @@ class SearchProjection(Projection):
         super().__init__(tables)
         self._fts = fts_table(tables["search_documents"].name)
         self._pending: dict[int, str] = {}  # doc_id -> body, to index at flush
-        self._replaced: set[int] = set()  # doc_ids indexed before this section
 
     @classmethod
     def companions(cls, dialect: str, suffix: str = "") -> list[Companion]:
         return companions(dialect, suffix)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
-        self._pending.clear()
-        self._replaced.clear()
-        ids = [
-            (doc_id(str(e.originator_id), _summary_ref(e)),)
-            for _, e in batch
-            if isinstance(e, Session.Summarised)
-        ]
-        rows.prefetch("search_documents", ids)
+        self._pending.clear()  # rows are upserted by key: nothing to load
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
         if isinstance(event, Session.PromptSubmitted):
@@ -168,8 +175,6 @@ class SearchProjection(Projection):
              title: str, body: str) -> None:
         sid = str(event.originator_id)
         key = doc_id(sid, ref)
-        if key not in self._pending and kind == "summary" and rows.get("search_documents", (key,)) is not None:
-            self._replaced.add(key)
         body = body[:MAX_BODY]
         self._pending[key] = body
         rows.put("search_documents", (key,), {
@@ -190,15 +195,14 @@ class SearchProjection(Projection):
         rows.flush()
         conn = rows.conn
         if conn.dialect.name == "sqlite" and self._pending:
-            if self._replaced:
-                conn.exec_driver_sql(
-                    f'DELETE FROM "{self._fts}" WHERE rowid = ?', [(k,) for k in sorted(self._replaced)]
-                )
+            # OR REPLACE: a summary replaced by a later one keeps its doc_id, and an index
+            # row left by an interrupted upgrade or a losing concurrent runner (whose
+            # transaction then fails on tracking) never turns into a constraint error
             conn.exec_driver_sql(
-                f'INSERT INTO "{self._fts}" (rowid, body) VALUES (?, ?)', sorted(self._pending.items())
+                f'INSERT OR REPLACE INTO "{self._fts}" (rowid, body) VALUES (?, ?)',
+                sorted(self._pending.items()),
             )
         self._pending.clear()
-        self._replaced.clear()
 
 
 def _summary_ref(e: Session.Summarised) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, bindparam, func, select, text
 
-from projections.search import FTS_CONFIG, fts_table, pg_document, pg_words
+from projections.search import FTS_CONFIG, TSV_COLUMN, fts_table, pg_words
 
 KINDS = ("prompt", "tool_input", "summary", "observation")
 MAX_TERMS = 32
@@ -121,9 +121,9 @@ def search(
         sql = (
             "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, "
             "COALESCE(d.occurred_at, s.last_activity_at) AS occurred_at, d.position, "
-            f"ts_rank_cd({pg_document('d.body')}, to_tsquery(:config, :tsq)) AS relevance "
+            f"ts_rank_cd(d.{TSV_COLUMN}, to_tsquery(:config, :tsq)) AS relevance "
             f'FROM "{docs.name}" AS d LEFT JOIN "{sessions.name}" AS s ON s.id = d.session_id '
-            f"WHERE {pg_document('d.body')} @@ to_tsquery(:config, :tsq) {filters} "
+            f"WHERE d.{TSV_COLUMN} @@ to_tsquery(:config, :tsq) {filters} "
             f"ORDER BY {'d.position DESC' if order == 'recent' else 'relevance DESC, d.position DESC'} "
             "LIMIT :k"
         )

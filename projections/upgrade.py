@@ -10,26 +10,40 @@ tables from position 0 (the same path as ``hookledger projections rebuild``).
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, Table, inspect
+from collections.abc import Callable, Mapping
+
+from sqlalchemy import Connection, Engine, Table, inspect
 
 
 def reset_outdated(
-    engine: Engine, tables: dict[str, dict[str, Table]], tracking: Table
+    engine: Engine,
+    tables: dict[str, dict[str, Table]],
+    tracking: Table,
+    ignore: Mapping[str, set[str]] | None = None,
+    on_drop: Callable[[Connection, str], None] | None = None,
 ) -> list[str]:
     """Drop the tables and tracking row of every projection whose live columns differ
-    from ``tables`` (projection name -> base name -> Table); returns those names."""
+    from ``tables`` (projection name -> base name -> Table); returns those names.
+
+    ``ignore``: table name -> live columns the code does not model (generated columns
+    the projection adds itself). ``on_drop(conn, name)`` runs in the same transaction
+    for each projection dropped (to drop its full-text index, say), so an interrupted
+    upgrade leaves either everything or nothing of it."""
+    ignore = ignore or {}
     insp = inspect(engine)
     outdated = []
     for name, own in tables.items():
         for t in own.values():
             if insp.has_table(t.name):
-                live = {c["name"] for c in insp.get_columns(t.name)}
+                live = {c["name"] for c in insp.get_columns(t.name)} - ignore.get(t.name, set())
                 if live != {c.name for c in t.columns}:
                     outdated.append(name)
                     break
     if outdated:
         with engine.begin() as conn:
             for name in outdated:
+                if on_drop is not None:
+                    on_drop(conn, name)
                 for t in tables[name].values():
                     t.drop(conn, checkfirst=True)
                 conn.execute(tracking.delete().where(tracking.c.name == name))

@@ -19,12 +19,14 @@ from sqlalchemy import func, select, text
 from starlette.testclient import TestClient
 
 from api.app import create_app
-from api.bootstrap import Services
+from api.bootstrap import Services, build
 from api.jobs import run_jobs
 from api.summaries import run_summaries
+from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from projections.context import project_digest
+from projections.runner import TrackingConflict, _apply_section
 from projections.search_query import SearchQueryError, search_models
 
 SPOTTER = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
@@ -182,6 +184,79 @@ def test_rebuild_gives_the_same_results_and_keeps_indexing(services: Services) -
     assert search_models(services.models, prompts[0], kinds=("prompt",))
     n_docs, n_index = _index_counts(services)
     assert n_docs == n_index
+
+
+def _search_position(services: Services) -> int:
+    return services.runner.positions()["search"]
+
+
+def test_an_outdated_or_half_upgraded_search_model_is_rebuilt_with_its_index(settings: Settings) -> None:
+    services = build(settings)
+    try:
+        import_paths(services.ledger, [SPOTTER])
+        services.runner.catch_up()
+        before = [h.as_dict() for h in search_models(services.models, "mix test", limit=100, now=LATER)]
+        assert before
+        # an older version's table had another column: the upgrade drops the table and
+        # its index together, then catches up from 0
+        with services.models.engine.begin() as conn:
+            conn.execute(text('ALTER TABLE "search_documents" ADD COLUMN legacy TEXT'))
+    finally:
+        services.close()
+    services = build(settings)
+    try:
+        assert _search_position(services) == 0
+        services.runner.catch_up()
+        assert [h.as_dict() for h in search_models(services.models, "mix test", limit=100, now=LATER)] == before
+        assert _index_counts(services)[0] == _index_counts(services)[1]
+        # an upgrade interrupted after the table and tracking row were dropped but not
+        # the index: the next catch-up rewrites the index rows instead of failing on them
+        docs = services.models.table("search_documents")
+        tracking = services.models.tracking
+        with services.models.engine.begin() as conn:
+            conn.execute(text(f'DROP TABLE "{docs.name}"'))
+            conn.execute(tracking.delete().where(tracking.c.name == "search"))
+    finally:
+        services.close()
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        assert _search_position(services) == services.ledger.max_position()
+        assert [h.as_dict() for h in search_models(services.models, "mix test", limit=100, now=LATER)] == before
+    finally:
+        services.close()
+    services = build(settings)  # and a current model is left alone (the index's own
+    try:  # generated column on PostgreSQL is not a schema difference)
+        assert _search_position(services) == services.ledger.max_position()
+    finally:
+        services.close()
+
+
+def test_a_section_applied_twice_is_a_tracking_conflict_not_an_index_error(services: Services) -> None:
+    """Two runners racing over the same section: the loser's transaction fails on its
+    tracking position (and is retried by ``catch_up``), never on the index rows."""
+    import_paths(services.ledger, [SPOTTER])
+    events = services.ledger.read_log(0, 500, None, raw=False)
+    search = [p for p in services.runner.projections if p.name == "search"]
+    models = services.models
+    assert _apply_section(models, search, models.tracking, events, {"search": 0}, {}) == len(events)
+    with pytest.raises(TrackingConflict):
+        _apply_section(models, search, models.tracking, events, {"search": 0}, {})
+    with pytest.raises(TrackingConflict):
+        _apply_section(models, search, models.tracking, events, {"search": 0}, {"search": 0})
+    services.runner.catch_up()
+    n_docs, n_index = _index_counts(services)
+    assert n_docs == n_index and n_docs > 0
+
+
+def test_words_with_accents_and_underscores_are_found_on_both_backends(services: Services) -> None:
+    hook = {"session_id": "accents-1", "hook_event_name": "UserPromptSubmit", "cwd": "/tmp/p",
+            "prompt": "rename the résumé_parser in naïve/café.py"}
+    assert ingest_hook(services.ledger, "claude-code", orjson.dumps(hook), "accents-1", LATER).error is None
+    services.runner.catch_up()
+    for query in ("résumé", "parser", "naïve café", "résumé_parser"):
+        hits = search_models(services.models, query, kinds=("prompt",))
+        assert [h.title for h in hits] == ["rename the résumé_parser in naïve/café.py"], query
 
 
 def test_api_search_and_its_errors(services: Services) -> None:
