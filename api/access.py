@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qs
 
@@ -21,21 +20,12 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.hot_path.hook_fast import is_loopback_host
+
 OPEN_PATHS = frozenset({"/", "/healthz"})
 OPEN_PREFIXES = ("/static/",)
 COOKIE = "hookledger_token"
 TOKEN_ENV = "HOOKLEDGER_TOKEN"
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals (127.0.0.0/8, ::1)."""
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind_error(host: str, token: str | None) -> str | None:

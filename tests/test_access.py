@@ -51,6 +51,24 @@ def non_loopback_ip() -> str | None:
     return None if ip.startswith("127.") else ip
 
 
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("localhost", True), ("LOCALHOST.", True), ("127.0.0.1", True), ("127.9.8.7", True),
+    ("::1", True), ("[::1]", True), ("0:0:0:0:0:0:0:1", True), ("::ffff:127.0.0.1", True),
+    ("127.example.com", False), ("localhost.example.com", False), ("10.0.0.1", False),
+    ("0.0.0.0", False), ("::", False), ("::ffff:10.0.0.1", False), ("0127.0.0.1", False), ("", False),
+])
+def test_the_hook_and_the_server_agree_on_what_is_loopback(host: str, loopback: bool) -> None:
+    """One definition: the server's bind check and the hook's choice between the local
+    journal and HTTP (a host like ``127.example.com`` is a remote server)."""
+    from api.access import bind_error
+    from api.hot_path.hook_fast import is_loopback
+
+    assert (bind_error(host, None) is None) is loopback
+    if host:
+        bracketed = f"[{host.strip('[]')}]" if ":" in host else host
+        assert is_loopback(f"http://user@{bracketed}:8765/x") is loopback
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
 def test_non_loopback_bind_without_token_refuses_to_start(tmp_path: Path, host: str) -> None:
     env = settings_env(Settings(tmp_path / "data"))

@@ -280,12 +280,29 @@ def hook_event_name(body: bytes) -> str:
     return string_field(body, "hook_event_name") or ""
 
 
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` (also ``localhost.``) and loopback IP literals (127.0.0.0/8,
+    ``::1``, IPv4-mapped ``::ffff:127.x.x.x``; brackets allowed). The one definition of
+    loopback, shared with the server's bind check (:mod:`api.access`)."""
+    host = host.strip("[]").lower()
+    if host in ("localhost", "localhost.", "127.0.0.1", "::1"):
+        return True  # the common answers without importing ipaddress
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def is_loopback(url: str) -> bool:
-    """True when ``url``'s host is localhost or a 127.0.0.0/8 or ::1 address."""
+    """True when ``url``'s host is loopback (:func:`is_loopback_host`) or missing (a
+    malformed URL keeps the payload in the local journal rather than sending it)."""
     rest = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
     host = rest[1:].split("]", 1)[0] if rest.startswith("[") else rest.split(":", 1)[0]
-    host = host.lower()
-    return host in ("localhost", "::1", "") or host.startswith("127.")
+    return not host or is_loopback_host(host)
 
 
 # -- privacy before a payload leaves the machine (semantics of ledger/privacy.py) -------
