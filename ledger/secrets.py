@@ -10,10 +10,12 @@ inside another, and a rule's regex only runs on a string that holds one of its
 literals. :func:`may_hold_secret` is the byte-level pre-check on raw JSON text: it is
 False only when no string in the text can decode to a match (every literal is made of
 characters JSON never needs to escape; ``\\u`` and ``\\/`` escapes, which could hide
-one, make it True).
+one, make it True). It and :func:`rules_for` read the text once, with a
+:class:`~ledger.literals.LiteralScanner` over every literal of the catalogue (an
+Aho–Corasick automaton when ``ahocorasick-rs`` is installed).
 
-Standard library only: the hook client (``api/hook_client.py``) imports it on its
-spool path. Shapes follow the providers' published token formats and the public
+Standard library only at import time: the hook client (``api/hook_client.py``) imports
+it on its spool path. Shapes follow the providers' published token formats and the public
 gitleaks / GitHub secret-scanning catalogues; see ``docs/privacy.md`` for the table.
 """
 
@@ -25,6 +27,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ledger.literals import LiteralScanner
 
 PLACEHOLDER = "[redacted:{}]"
 _PLACEHOLDER_PREFIX = "[redacted:"
@@ -106,19 +110,6 @@ class Rule:
     def may_match(self, text: str, lowered: str) -> bool:
         hay = lowered if self.ignore_case else text
         return any(s in hay for s in self.any_of) and all(s in hay for s in self.all_of)
-
-    def may_match_bytes(self, raw: bytes, lowered: bytes) -> bool:
-        hay = lowered if self.ignore_case else raw
-        any_b, all_b = _encoded(self)
-        for s in any_b:  # loops, not generators: this runs for every rule of every record
-            if s in hay:
-                break
-        else:
-            return False
-        for s in all_b:  # noqa: SIM110
-            if s not in hay:
-                return False
-        return True
 
 
 _ENCODED: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
@@ -233,47 +224,100 @@ def catalogue() -> tuple[Rule, ...]:
 
 def rules_for(raw: bytes, value: Any = None) -> RuleSet:
     """The rules that may match some string of the JSON text ``raw`` (decoded: ``value``):
-    the walk over the record then runs only these, and redacts object fields by name
-    only when some key can name a secret (``RuleSet.fields``).
+    the walk over the record then runs only these, redacts object fields by name only
+    when some key can name a secret (``RuleSet.fields``) and strips ``<private>`` tags
+    only when some string holds ``private`` (``RuleSet.private``).
+
+    One pass of a :class:`~ledger.literals.LiteralScanner` over ``raw`` finds the
+    literals; the last answer is kept, so a pre-check (:func:`may_hold_secret`) and then
+    the walk of the same bytes scan them once.
 
     A ``\\u`` or ``\\/`` escape in ``raw`` could hide a literal: then the literals are
-    looked for in ``value`` dumped again without them (``ensure_ascii=False``; only control
+    looked for in ``value`` dumped again without them (non-ASCII unescaped; only control
     characters, which no literal holds, stay escaped), or every rule runs when no
     ``value`` is given."""
     if b"\\u" in raw or b"\\/" in raw:
         if value is None:
             return ruleset(catalogue(), fields=True)
-        raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    lowered = raw.lower()
-    chosen = tuple(r for r in catalogue() if r.may_match_bytes(raw, lowered))
-    return ruleset(chosen, fields=any(f in lowered for f in _FIELD_ENDS))
+        return _scan(_dump_unescaped(value))
+    global _last_scan
+    last = _last_scan
+    if last is not None and (last[0] is raw or last[0] == raw):
+        return last[1]
+    found = _scan(raw)
+    _last_scan = (raw, found)
+    return found
+
+
+_last_scan: tuple[bytes, RuleSet] | None = None
+"""The last ``(raw, rules_for(raw))`` without a value (one tuple: replaced atomically)."""
+
+
+def _dump_unescaped(value: Any) -> bytes:
+    """``value`` as JSON text with no ``\\u`` or ``\\/`` escape but for control
+    characters (orjson when importable, else the standard library)."""
+    try:
+        import orjson
+
+        return orjson.dumps(value)
+    except (ImportError, TypeError):  # no orjson; lone surrogates or a huge int
+        return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _scan(raw: bytes) -> RuleSet:
+    exact, folded = _scanner().present(raw)
+    key = (exact, folded)
+    found = _SCANNED.get(key)
+    if found is None:
+        chosen = tuple(
+            r
+            for r in catalogue()
+            if not (hay := folded if r.ignore_case else exact).isdisjoint(_encoded(r)[0])
+            and all(s in hay for s in _encoded(r)[1])
+        )
+        found = ruleset(
+            chosen, fields=not folded.isdisjoint(_FIELD_ENDS), private=TAG_LITERAL in folded
+        )
+        if len(_SCANNED) >= 4096:
+            _SCANNED.clear()
+        _SCANNED[key] = found
+    return found
+
+
+_SCANNED: dict[tuple[frozenset[bytes], frozenset[bytes]], RuleSet] = {}
+
+TAG_LITERAL = b"private"
+"""Every ``<private>`` tag holds it (any case): :mod:`ledger.privacy` strips tags only
+from records whose text holds it."""
+
+
+@functools.cache
+def _scanner() -> LiteralScanner:
+    """One scanner over every literal of the catalogue (``any_of`` and ``all_of``), the
+    field-name ends (:data:`_FIELD_ENDS`) and :data:`TAG_LITERAL`."""
+    rules = catalogue()
+    exact = {s for r in rules if not r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
+    folded = {s for r in rules if r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
+    return LiteralScanner(exact, folded | _FIELD_ENDS | {TAG_LITERAL})
+
+
+def reset_scans() -> None:
+    """Forget the scanner and the remembered scans: the next scan builds them again
+    (reading :data:`ledger.literals.USE_AUTOMATON` afresh)."""
+    global _last_scan
+    _scanner.cache_clear()
+    _SCANNED.clear()
+    _last_scan = None
 
 
 def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
     """Exact pre-check on JSON text (bytes): False only when no string in ``raw`` can
-    decode to a match of any rule. ``lowered`` is ``raw.lower()`` if the caller has it."""
+    decode to a match of any rule (nor a value under a key naming a secret).
+    ``lowered``: unused (kept for callers that pass ``raw.lower()``)."""
     if b"\\u" in raw or b"\\/" in raw:
         return True
-    exact, lower, joint = _precheck_literals()
-    if any(s in raw for s in exact):
-        return True
-    low = raw.lower() if lowered is None else lowered
-    return any(s in low for s in lower) or any(r.may_match_bytes(raw, low) for r in joint)
-
-
-@functools.cache
-def _precheck_literals() -> tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[Rule, ...]]:
-    """(case-sensitive literals, lower-case literals, rules that also need ``all_of``):
-    one flat scan list; a literal that holds a shorter one of its list is left out."""
-    rules = catalogue()
-
-    def minimal(found: set[bytes]) -> tuple[bytes, ...]:
-        return tuple(sorted(s for s in found if not any(o != s and o in s for o in found)))
-
-    plain = [r for r in rules if not r.all_of]
-    exact = {s for r in plain if not r.ignore_case for s in _encoded(r)[0]}
-    lower = {s for r in plain if r.ignore_case for s in _encoded(r)[0]} | _FIELD_ENDS
-    return minimal(exact), minimal(lower), tuple(r for r in rules if r.all_of)
+    found = rules_for(raw)
+    return bool(found.rules) or found.fields
 
 
 @dataclass(frozen=True)
@@ -286,15 +330,18 @@ class RuleSet:
     exact: re.Pattern[str] | None
     lower: re.Pattern[str] | None
     fields: bool = True
+    private: bool = True
+    """Whether some string may hold a ``<private>`` tag (:data:`TAG_LITERAL` occurs)."""
 
 
 _RULESETS: dict[tuple[Any, ...], RuleSet] = {}
 
 
-def ruleset(rules: tuple[Rule, ...], fields: bool = True) -> RuleSet:
+def ruleset(rules: tuple[Rule, ...], fields: bool = True, private: bool = True) -> RuleSet:
     """The :class:`RuleSet` of ``rules`` (cached per set of kinds); ``fields``: whether
-    object fields are redacted by name (:func:`redact_field_value`)."""
-    key = (fields, *(r.kind for r in rules))
+    object fields are redacted by name (:func:`redact_field_value`); ``private``: whether
+    ``<private>`` tags are looked for."""
+    key = (fields, private, *(r.kind for r in rules))
     found = _RULESETS.get(key)
     if found is None:
 
@@ -307,6 +354,7 @@ def ruleset(rules: tuple[Rule, ...], fields: bool = True) -> RuleSet:
             union({s for r in rules if not r.ignore_case for s in r.any_of}),
             union({s for r in rules if r.ignore_case for s in r.any_of}),
             fields,
+            private,
         )
         _RULESETS[key] = found
     return found

@@ -1,0 +1,127 @@
+"""The one-pass literal scan that decides, per record, which secret rules (and whether
+tags or secret-named fields) the privacy walk tries: the Aho–Corasick automaton and
+the standard-library fallback find the same literals, and a walk narrowed by the scan
+redacts exactly what the full walk redacts — on every fixture record and every shape,
+plain and hidden behind ``\\u`` escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+
+import pytest
+from test_secrets import RECORDS, SHAPES
+
+from ledger import literals, secrets
+from ledger.literals import LiteralScanner
+from ledger.privacy import may_hold_private, strip_private
+
+
+@pytest.fixture(params=[True, False], ids=["automaton", "fallback"])
+def automaton(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
+    monkeypatch.setattr(literals, "USE_AUTOMATON", request.param)
+    secrets.reset_scans()
+    assert secrets._scanner().uses_automaton is request.param
+    yield request.param
+    secrets.reset_scans()
+
+
+def _all_escaped(text: str) -> str:
+    """``text`` as a JSON string literal with every character a ``\\u`` escape: no
+    literal of any rule is left in the bytes."""
+    return '"' + "".join(f"\\u{ord(c):04x}" for c in text) + '"'
+
+
+def test_scanner_finds_the_same_literals_with_and_without_the_automaton(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exact = [b"KEY", b"sk-", b"AKIA", b"@", b"ghp_", b"Q~"]
+    folded = [b"bearer", b'key"', b"private", b"sk-"]
+    with_ac = LiteralScanner(exact, folded)
+    monkeypatch.setattr(literals, "USE_AUTOMATON", False)
+    without = LiteralScanner(exact, folded)
+    assert with_ac.uses_automaton and not without.uses_automaton
+    rng = random.Random(7)
+    alphabet = 'KEYkeysSK-AIaip@ghp_Q~bearBEARER"rvt '
+    texts = [b"", b"KEY", b"key", b"Bearer sk-1 @x", b'{"API_KEY": "v"}', b"<PRIVATE>"]
+    texts += [line for _, line, _ in RECORDS[:400]]
+    texts += [
+        "".join(rng.choice(alphabet) for _ in range(rng.randrange(60))).encode()
+        for _ in range(2000)
+    ]
+    for raw in texts:
+        expected = (
+            frozenset(s for s in exact if s in raw),
+            frozenset(s for s in folded if s in raw.lower()),
+        )
+        assert with_ac.present(raw) == expected, raw
+        assert without.present(raw) == expected, raw
+
+
+def test_scanner_refuses_upper_case_folded_or_empty_literals() -> None:
+    with pytest.raises(ValueError, match="lower-case"):
+        LiteralScanner([b"KEY"], [b"Bearer"])
+    with pytest.raises(ValueError, match="empty"):
+        LiteralScanner([b""], [])
+
+
+def test_a_walk_narrowed_by_the_scan_redacts_what_the_full_walk_redacts(
+    automaton: bool,
+) -> None:
+    skipped = 0
+    for name, line, rec in RECORDS:
+        full = strip_private(rec)
+        narrowed = strip_private(rec, raw=line)
+        assert narrowed == full, name
+        if not may_hold_private(line):
+            skipped += 1
+            assert full[1] == [], name
+    assert skipped > len(RECORDS) // 2  # the pre-check does spare most lines
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "parts"), SHAPES, ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(SHAPES)]
+)
+def test_each_shape_is_redacted_from_a_record_plain_and_behind_u_escapes(
+    automaton: bool, kind: str, text: str, parts: list[str]
+) -> None:
+    for field in (json.dumps(text), json.dumps("é " + text, ensure_ascii=True), _all_escaped(text)):
+        line = ('{"type":"user","message":{"content":' + field + "}}").encode()
+        rec = json.loads(line)
+        assert may_hold_private(line)
+        cleaned, redactions = strip_private(rec, raw=line)
+        stored = json.dumps(cleaned, ensure_ascii=False)
+        assert not any(s in stored for s in parts), field
+        assert kind in {r["kind"] for r in redactions}, (field, redactions)
+
+
+def test_a_private_tag_hidden_behind_u_escapes_is_stripped(automaton: bool) -> None:
+    for field in (
+        '"a \\u003cprivate>hidden words</private> b"',
+        '"a <\\u0050RIVATE>hidden words</private> b"',
+    ):
+        line = ('{"prompt":' + field + "}").encode()
+        cleaned, redactions = strip_private(json.loads(line), raw=line)
+        assert "hidden words" not in cleaned["prompt"]
+        assert [r["kind"] for r in redactions] == ["private_tag"]
+
+
+def test_a_record_with_u_escapes_and_nothing_to_redact_is_not_walked(automaton: bool) -> None:
+    line = b'{"text":"caf\\u00e9 \\u2014 nothing here","n":[1,2,{"k":"v"}]}'
+    rec = json.loads(line)
+    cleaned, redactions = strip_private(rec, raw=line)
+    assert cleaned is rec and redactions == []
+
+
+def test_a_lone_surrogate_record_is_scanned_through_the_standard_library_dump(
+    automaton: bool,
+) -> None:
+    secret = "ghp_" + "a1B2c3D4" * 5
+    rec = {"bad": "\ud800", "text": f"token {secret}"}
+    line = json.dumps(rec).encode()  # ASCII: the surrogate and nothing else escaped
+    assert b"\\ud800" in line
+    cleaned, redactions = strip_private(json.loads(line), raw=line)
+    assert secret not in cleaned["text"] and cleaned["bad"] == "\ud800"
+    assert {r["kind"] for r in redactions} == {"github_pat"}
