@@ -27,9 +27,7 @@ def may_hold_private(raw: bytes) -> bool:
     decode to a tag or a catalogued secret — no ``private`` in any (ASCII) case, no
     ``\\u`` escape that could spell one, and no literal of any secret rule
     (:func:`ledger.secrets.rules_for`: one pass over ``raw``, remembered for the walk)."""
-    if b"\\u" in raw or b"\\/" in raw:
-        return True
-    found = rules_for(raw)
+    found = rules_for(raw)  # every rule, and tags, when an escape could hide a literal
     return found.private or found.fields or bool(found.rules)
 
 

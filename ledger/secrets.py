@@ -137,6 +137,8 @@ _FIELD_ENDS = {
 """How every object key :func:`secret_field` accepts ends in JSON text (lower-cased), as a
 key of the record itself or of JSON text inside one of its strings (``\\"``)."""
 
+_FIELD_NAMES = frozenset(_FIELD_ENDS)
+
 
 @functools.cache
 def catalogue() -> tuple[Rule, ...]:
@@ -236,21 +238,23 @@ def rules_for(raw: bytes, value: Any = None) -> RuleSet:
     looked for in ``value`` dumped again without them (non-ASCII unescaped; only control
     characters, which no literal holds, stay escaped), or every rule runs when no
     ``value`` is given."""
-    if b"\\u" in raw or b"\\/" in raw:
-        if value is None:
-            return ruleset(catalogue(), fields=True)
-        return _scan(_dump_unescaped(value))
     global _last_scan
     last = _last_scan
     if last is not None and (last[0] is raw or last[0] == raw):
-        return last[1]
-    found = _scan(raw)
-    _last_scan = (raw, found)
-    return found
+        found, escaped = last[1]
+    else:
+        found, escaped = _scan(raw)
+        _last_scan = (raw, (found, escaped))
+    if not escaped:
+        return found
+    if value is None:
+        return ruleset(catalogue(), fields=True)
+    # the dump's only escapes are of control characters, which no literal holds
+    return _scan(_dump_unescaped(value))[0]
 
 
-_last_scan: tuple[bytes, RuleSet] | None = None
-"""The last ``(raw, rules_for(raw))`` without a value (one tuple: replaced atomically)."""
+_last_scan: tuple[bytes, tuple[RuleSet, bool]] | None = None
+"""The last ``(raw, _scan(raw))`` (one tuple: replaced atomically)."""
 
 
 def _dump_unescaped(value: Any) -> bytes:
@@ -264,7 +268,9 @@ def _dump_unescaped(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
-def _scan(raw: bytes) -> RuleSet:
+def _scan(raw: bytes) -> tuple[RuleSet, bool]:
+    """(the rules whose literals occur in ``raw``, whether ``raw`` holds a ``\\u`` or
+    ``\\/`` escape that could hide one)."""
     exact, folded = _scanner().present(raw)
     key = (exact, folded)
     found = _SCANNED.get(key)
@@ -275,8 +281,11 @@ def _scan(raw: bytes) -> RuleSet:
             if not (hay := folded if r.ignore_case else exact).isdisjoint(_encoded(r)[0])
             and all(s in hay for s in _encoded(r)[1])
         )
-        found = ruleset(
-            chosen, fields=not folded.isdisjoint(_FIELD_ENDS), private=TAG_LITERAL in folded
+        found = (
+            ruleset(
+                chosen, fields=not folded.isdisjoint(_FIELD_NAMES), private=TAG_LITERAL in folded
+            ),
+            not folded.isdisjoint(_ESCAPES),
         )
         if len(_SCANNED) >= 4096:
             _SCANNED.clear()
@@ -284,7 +293,11 @@ def _scan(raw: bytes) -> RuleSet:
     return found
 
 
-_SCANNED: dict[tuple[frozenset[bytes], frozenset[bytes]], RuleSet] = {}
+_SCANNED: dict[tuple[frozenset[bytes], frozenset[bytes]], tuple[RuleSet, bool]] = {}
+
+_ESCAPES = frozenset({b"\\u", b"\\/"})
+"""JSON escapes that could spell a literal (found in the lower-cased text: ``\\U`` too,
+which only makes a record take the slower, exact path)."""
 
 TAG_LITERAL = b"private"
 """Every ``<private>`` tag holds it (any case): :mod:`ledger.privacy` strips tags only
@@ -294,11 +307,11 @@ from records whose text holds it."""
 @functools.cache
 def _scanner() -> LiteralScanner:
     """One scanner over every literal of the catalogue (``any_of`` and ``all_of``), the
-    field-name ends (:data:`_FIELD_ENDS`) and :data:`TAG_LITERAL`."""
+    field names (:data:`_FIELD_NAMES`), :data:`TAG_LITERAL` and :data:`_ESCAPES`."""
     rules = catalogue()
     exact = {s for r in rules if not r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
     folded = {s for r in rules if r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
-    return LiteralScanner(exact, folded | _FIELD_ENDS | {TAG_LITERAL})
+    return LiteralScanner(exact, folded | _FIELD_NAMES | {TAG_LITERAL} | _ESCAPES)
 
 
 def reset_scans() -> None:
@@ -314,8 +327,6 @@ def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
     """Exact pre-check on JSON text (bytes): False only when no string in ``raw`` can
     decode to a match of any rule (nor a value under a key naming a secret).
     ``lowered``: unused (kept for callers that pass ``raw.lower()``)."""
-    if b"\\u" in raw or b"\\/" in raw:
-        return True
     found = rules_for(raw)
     return bool(found.rules) or found.fields
 
