@@ -132,12 +132,15 @@ _I = re.IGNORECASE
 _FIELD_ENDS = {
     end + quote
     for end in (b"password", b"passwd", b"secret", b"key", b"token")
-    for quote in (b'"', b'\\"')
+    for quote in (b'"', b'\\"', b"\\\\")
 }
 """How every object key :func:`secret_field` accepts ends in JSON text (lower-cased), as a
-key of the record itself or of JSON text inside one of its strings (``\\"``)."""
+key of the record itself (``key"``), or of JSON text inside one of its strings
+(``key\\"``), or JSON text nested deeper (then the raw text has ``key\\\\``)."""
 
-_FIELD_NAMES = frozenset(_FIELD_ENDS)
+_FIELD_NAMES = frozenset(_FIELD_ENDS | {b'private_key_id"'})
+"""Literals of which one occurs in JSON text (lower-cased) whose objects have a key
+that :func:`redact_field_value` may redact the value of."""
 
 
 @functools.cache

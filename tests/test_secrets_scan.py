@@ -125,3 +125,27 @@ def test_a_lone_surrogate_record_is_scanned_through_the_standard_library_dump(
     cleaned, redactions = strip_private(json.loads(line), raw=line)
     assert secret not in cleaned["text"] and cleaned["bad"] == "\ud800"
     assert {r["kind"] for r in redactions} == {"github_pat"}
+
+
+def _nested(rng: random.Random, text: str) -> object:
+    """``text`` placed in a record as a string value, as an object key's value inside
+    JSON text in a string, or one level deeper still (JSON text in JSON text)."""
+    depth = rng.randrange(3)
+    value: object = text
+    for _ in range(depth):
+        value = json.dumps({"content": value, "api_key": "k" + text[-12:]})
+    return {"type": "user", "message": {"content": [{"text": value}]}, "n": depth}
+
+
+def test_the_narrowed_walk_equals_the_full_walk_on_nested_records(automaton: bool) -> None:
+    rng = random.Random(11)
+    records: list[object] = [
+        {"type": "service_account", "private_key_id": "ab" * 20},
+        {"out": json.dumps({"x": json.dumps({"api_key": "abcdef123456"})})},
+    ]
+    records += [_nested(rng, text) for _kind, text, _parts in SHAPES for _ in range(3)]
+    for rec in records:
+        for line in (json.dumps(rec).encode(), json.dumps(rec, ensure_ascii=False).encode()):
+            full = strip_private(rec)
+            assert full[1], rec  # every record holds something to redact
+            assert strip_private(json.loads(line), raw=line) == full, line
