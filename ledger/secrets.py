@@ -8,9 +8,10 @@ a regex. Where the regex has a group named ``v`` only that group is replaced (th
 Work is linear in the input: every quantifier is bounded, no quantifier is nested
 inside another, and a rule's regex only runs on a string that holds one of its
 literals. :func:`may_hold_secret` is the byte-level pre-check on raw JSON text: it is
-False only when no string in the text can decode to a match (every literal is made of
-characters JSON never needs to escape; ``\\u`` and ``\\/`` escapes, which could hide
-one, make it True). It and :func:`rules_for` read the text once, with a
+False only when no string in the text can decode to a match. Literals are printable
+ASCII, and those holding ``"`` or ``\\`` are listed in their escaped forms too; a
+``\\/`` escape or a ``\\u`` escape of printable ASCII, which could hide one, makes it
+True. It and :func:`rules_for` read the text once, with a
 :class:`~ledger.literals.LiteralScanner` over every literal of the catalogue (an
 Aho–Corasick automaton when ``ahocorasick-rs`` is installed).
 
@@ -237,10 +238,10 @@ def rules_for(raw: bytes, value: Any = None) -> RuleSet:
     literals; the last answer is kept, so a pre-check (:func:`may_hold_secret`) and then
     the walk of the same bytes scan them once.
 
-    A ``\\u`` or ``\\/`` escape in ``raw`` could hide a literal: then the literals are
-    looked for in ``value`` dumped again without them (non-ASCII unescaped; only control
-    characters, which no literal holds, stay escaped), or every rule runs when no
-    ``value`` is given."""
+    A ``\\/`` escape, or a ``\\u`` escape of a printable ASCII character, in ``raw`` could
+    hide a literal (:data:`_ESCAPES`): then the literals are looked for in ``value``
+    dumped again without them (non-ASCII unescaped; only control characters, which no
+    literal holds, stay escaped), or every rule runs when no ``value`` is given."""
     global _last_scan
     last = _last_scan
     if last is not None and (last[0] is raw or last[0] == raw):
@@ -272,8 +273,8 @@ def _dump_unescaped(value: Any) -> bytes:
 
 
 def _scan(raw: bytes) -> tuple[RuleSet, bool]:
-    """(the rules whose literals occur in ``raw``, whether ``raw`` holds a ``\\u`` or
-    ``\\/`` escape that could hide one)."""
+    """(the rules whose literals occur in ``raw``, whether ``raw`` holds an escape that
+    could hide one: :data:`_ESCAPES`)."""
     exact, folded = _scanner().present(raw)
     key = (exact, folded)
     found = _SCANNED.get(key)
@@ -298,9 +299,11 @@ def _scan(raw: bytes) -> tuple[RuleSet, bool]:
 
 _SCANNED: dict[tuple[frozenset[bytes], frozenset[bytes]], tuple[RuleSet, bool]] = {}
 
-_ESCAPES = frozenset({b"\\u", b"\\/"})
-"""JSON escapes that could spell a literal (found in the lower-cased text: ``\\U`` too,
-which only makes a record take the slower, exact path)."""
+_ESCAPES = frozenset({b"\\/", *(b"\\u00%d" % d for d in range(2, 8))})
+"""JSON escapes that could spell a literal: ``\\/`` and ``\\u0020``-``\\u007f`` (every literal
+is printable ASCII; an escaped control or non-ASCII character is part of none). Found in
+the lower-cased text, so a hex digit in either case counts; an escaped backslash before
+``u00..`` counts too, which only sends a record down the slower, exact path."""
 
 TAG_LITERAL = b"private"
 """Every ``<private>`` tag holds it (any case): :mod:`ledger.privacy` strips tags only

@@ -28,10 +28,10 @@ def automaton(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     secrets.reset_scans()
 
 
-def _all_escaped(text: str) -> str:
+def _all_escaped(text: str, hex_format: str = "04x") -> str:
     """``text`` as a JSON string literal with every character a ``\\u`` escape: no
     literal of any rule is left in the bytes."""
-    return '"' + "".join(f"\\u{ord(c):04x}" for c in text) + '"'
+    return '"' + "".join(f"\\u{ord(c):{hex_format}}" for c in text) + '"'
 
 
 def test_scanner_finds_the_same_literals_with_and_without_the_automaton(
@@ -87,7 +87,13 @@ def test_a_walk_narrowed_by_the_scan_redacts_what_the_full_walk_redacts(
 def test_each_shape_is_redacted_from_a_record_plain_and_behind_u_escapes(
     automaton: bool, kind: str, text: str, parts: list[str]
 ) -> None:
-    for field in (json.dumps(text), json.dumps("é " + text, ensure_ascii=True), _all_escaped(text)):
+    for field in (
+        json.dumps(text),
+        json.dumps("é " + text, ensure_ascii=True),
+        _all_escaped(text),
+        _all_escaped(text, "04X"),
+        json.dumps("\x1b[0m\u2014 " + text),
+    ):
         line = ('{"type":"user","message":{"content":' + field + "}}").encode()
         rec = json.loads(line)
         assert may_hold_private(line)
@@ -149,3 +155,18 @@ def test_the_narrowed_walk_equals_the_full_walk_on_nested_records(automaton: boo
             full = strip_private(rec)
             assert full[1], rec  # every record holds something to redact
             assert strip_private(json.loads(line), raw=line) == full, line
+
+
+def test_one_escaped_character_anywhere_hides_no_secret(automaton: bool) -> None:
+    # each printable character of each shape escaped alone (\u00XX): the scan must
+    # notice an escape that could split a literal, whichever character it is
+    for kind, text, parts in SHAPES:
+        for i, c in enumerate(text):
+            if not " " <= c <= "~":
+                continue
+            dumped = json.dumps(text[:i] + "\x00" + text[i + 1 :])
+            line = ('{"prompt":' + dumped.replace("\\u0000", f"\\u{ord(c):04x}") + "}").encode()
+            rec = json.loads(line)
+            assert rec["prompt"] == text
+            cleaned, redactions = strip_private(rec, raw=line)
+            assert not any(s in cleaned["prompt"] for s in parts), (kind, i)
