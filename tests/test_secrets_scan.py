@@ -7,6 +7,7 @@ plain and hidden behind ``\\u`` escapes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Iterator
@@ -168,5 +169,58 @@ def test_one_escaped_character_anywhere_hides_no_secret(automaton: bool) -> None
             line = ('{"prompt":' + dumped.replace("\\u0000", f"\\u{ord(c):04x}") + "}").encode()
             rec = json.loads(line)
             assert rec["prompt"] == text
-            cleaned, redactions = strip_private(rec, raw=line)
+            cleaned, _ = strip_private(rec, raw=line)
             assert not any(s in cleaned["prompt"] for s in parts), (kind, i)
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_rule_gates_never_skip_a_text_the_rule_redacts_something_in() -> None:
+    gated = [r for r in secrets.catalogue() if r.gate is not None]
+    assert {r.kind for r in gated} >= {"env_secret_assignment", "secret_field"}
+    rng = random.Random(5)
+    names = [
+        "API_KEY",
+        "MY_TOKEN",
+        "DB_PASSWORD",
+        "X_PWD",
+        "AWS_CREDENTIALS",
+        "PASS",
+        "PUBLIC_KEY",
+        "apiKey",
+        "client_secret",
+        "access_token",
+        "Password",
+        "KEY_ID",
+    ]
+    joins = ["=", " = ", ":", ": ", '":"', '\\": \\"', "'='", "  =  ", "\t=", '"  :']
+    values = ["hunter2hunter2", '"quoted value 12"', "$OTHER_VAR", "abc", "os.environ[x]"]
+    texts = [text for _, text, _ in SHAPES]
+    texts += [s for _, _, rec in RECORDS for s in _strings(rec)]
+    texts += [
+        rng.choice(["", "export ", "x", '{"', "\\n"])
+        + rng.choice(names)
+        + rng.choice(joins)
+        + rng.choice(values)
+        + rng.choice(["", '"', " tail"])
+        for _ in range(3000)
+    ]
+    hits = 0
+    for rule in gated:
+        alone = secrets.ruleset((rule,))
+        ungated = dataclasses.replace(alone, rules=(dataclasses.replace(rule, gate=None),))
+        for text in texts:
+            expected = secrets.redact_secrets(text, ungated)
+            assert secrets.redact_secrets(text, alone) == expected, (rule.kind, text)
+            hits += bool(expected[1])
+    assert hits > 500  # the generated texts do exercise both rules
