@@ -24,8 +24,8 @@ PLACEHOLDER = "[private]"
 
 def may_hold_private(raw: bytes) -> bool:
     """Cheap, exact pre-check on JSON text: False only when no string in ``raw`` can
-    decode to a tag or a catalogued secret — no ``private`` in any (ASCII) case, no
-    ``\\u`` escape that could spell one, and no literal of any secret rule
+    decode to a tag or a catalogued secret — no ``<private`` or ``</private`` in any
+    (ASCII) case, no escape that could spell one, and no literal of any secret rule
     (:func:`ledger.secrets.rules_for`: one pass over ``raw``, remembered for the walk)."""
     found = rules_for(raw)  # every rule, and tags, when an escape could hide a literal
     return found.private or found.fields or bool(found.rules)

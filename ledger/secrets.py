@@ -261,7 +261,7 @@ def rules_for(raw: bytes, value: Any = None) -> RuleSet:
     """The rules that may match some string of the JSON text ``raw`` (decoded: ``value``):
     the walk over the record then runs only these, redacts object fields by name only
     when some key can name a secret (``RuleSet.fields``) and strips ``<private>`` tags
-    only when some string holds ``private`` (``RuleSet.private``).
+    only when some string holds ``<private`` or ``</private`` (``RuleSet.private``).
 
     One pass of a :class:`~ledger.literals.LiteralScanner` over ``raw`` finds the
     literals; the last answer is kept, so a pre-check (:func:`may_hold_secret`) and then
@@ -316,7 +316,9 @@ def _scan(raw: bytes) -> tuple[RuleSet, bool]:
         )
         found = (
             ruleset(
-                chosen, fields=not folded.isdisjoint(_FIELD_NAMES), private=TAG_LITERAL in folded
+                chosen,
+                fields=not folded.isdisjoint(_FIELD_NAMES),
+                private=not folded.isdisjoint(TAG_LITERALS),
             ),
             not folded.isdisjoint(_ESCAPES),
         )
@@ -334,19 +336,20 @@ is printable ASCII; an escaped control or non-ASCII character is part of none). 
 the lower-cased text, so a hex digit in either case counts; an escaped backslash before
 ``u00..`` counts too, which only sends a record down the slower, exact path."""
 
-TAG_LITERAL = b"private"
-"""Every ``<private>`` tag holds it (any case): :mod:`ledger.privacy` strips tags only
-from records whose text holds it."""
+TAG_LITERALS = frozenset({b"<private", b"</private"})
+"""Every ``<private>`` or ``</private>`` tag (any case) holds one of them, in JSON text
+too (``<`` is never escaped but as ``\\u003c``, ``/`` as ``\\/``: see :data:`_ESCAPES`):
+:mod:`ledger.privacy` strips tags only from records whose text holds one."""
 
 
 @functools.cache
 def _scanner() -> LiteralScanner:
     """One scanner over every literal of the catalogue (``any_of`` and ``all_of``), the
-    field names (:data:`_FIELD_NAMES`), :data:`TAG_LITERAL` and :data:`_ESCAPES`."""
+    field names (:data:`_FIELD_NAMES`), :data:`TAG_LITERALS` and :data:`_ESCAPES`."""
     rules = catalogue()
     exact = {s for r in rules if not r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
     folded = {s for r in rules if r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
-    return LiteralScanner(exact, folded | _FIELD_NAMES | {TAG_LITERAL} | _ESCAPES)
+    return LiteralScanner(exact, folded | _FIELD_NAMES | TAG_LITERALS | _ESCAPES)
 
 
 def reset_scans() -> None:
@@ -377,7 +380,7 @@ class RuleSet:
     lower: re.Pattern[str] | None
     fields: bool = True
     private: bool = True
-    """Whether some string may hold a ``<private>`` tag (:data:`TAG_LITERAL` occurs)."""
+    """Whether some string may hold a ``<private>`` tag (:data:`TAG_LITERALS`)."""
 
 
 _RULESETS: dict[tuple[Any, ...], RuleSet] = {}

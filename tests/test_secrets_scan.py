@@ -108,6 +108,8 @@ def test_a_private_tag_hidden_behind_u_escapes_is_stripped(automaton: bool) -> N
     for field in (
         '"a \\u003cprivate>hidden words</private> b"',
         '"a <\\u0050RIVATE>hidden words</private> b"',
+        '"a <Private >hidden words<\\/private> b"',
+        '"a <private>hidden words"',
     ):
         line = ('{"prompt":' + field + "}").encode()
         cleaned, redactions = strip_private(json.loads(line), raw=line)
