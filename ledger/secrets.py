@@ -330,7 +330,7 @@ def _scan(raw: bytes) -> tuple[RuleSet, bool]:
 
 _SCANNED: dict[tuple[frozenset[bytes], frozenset[bytes]], tuple[RuleSet, bool]] = {}
 
-_ESCAPES = frozenset({b"\\/", *(b"\\u00%d" % d for d in range(2, 8))})
+_ESCAPES = frozenset({b"\\/", b"\\u002", b"\\u003", b"\\u004", b"\\u005", b"\\u006", b"\\u007"})
 """JSON escapes that could spell a literal: ``\\/`` and ``\\u0020``-``\\u007f`` (every literal
 is printable ASCII; an escaped control or non-ASCII character is part of none). Found in
 the lower-cased text, so a hex digit in either case counts; an escaped backslash before
