@@ -4,9 +4,10 @@ Usage: ``.venv/bin/python benchmarks/privacy.py [--repeat N] [--import-ab]``. Re
 JSONL line and JSON document of the transcript fixtures the import benchmark uses
 (``benchmarks/run.py`` ``SOURCES``), then times, per line: the pre-check
 (:func:`ledger.privacy.may_hold_private`), the walk (:func:`ledger.privacy.strip_private`)
-on the lines it lets through, and the same two steps as they were before the secret
-catalogue (``<private>`` tags only). Prints one JSON object (MB/s and µs per line; best of
-``--repeat`` runs). ``--import-ab`` also imports the corpus into a fresh SQLite store,
+on the lines it lets through, the same with the standard-library literal scan instead of
+the Aho–Corasick automaton (``_fallback``), and the same two steps as they were before
+the secret catalogue (``<private>`` tags only). Prints one JSON object (MB/s and µs per
+line; best of ``--repeat`` runs). ``--import-ab`` also imports the corpus into a fresh SQLite store,
 alternately with the secret catalogue and with it switched off (``<private>`` tags only),
 ``--repeat`` times each, and reports the best events/s of each.
 """
@@ -68,24 +69,22 @@ def import_ab(repeat: int) -> dict[str, Any]:
     from api.bootstrap import build
     from ledger.config import Settings
     from ledger.importer import import_paths
+    from ledger.secrets import ruleset
 
     real = (
-        privacy.may_hold_secret,
         privacy.redact_secrets,
         privacy.redact_field_value,
         privacy.rules_for,
     )
     off = (
-        lambda raw, lowered=None: False,
         lambda text, rules=None: (text, {}),
         lambda k, v: (v, None),
-        lambda raw, value=None: None,
+        lambda raw, value=None: ruleset((), fields=False, private=_tags_only_precheck(raw)),
     )
     best_rate: dict[str, float] = {}
     for _ in range(repeat):
         for name, funcs in (("tags_only", off), ("tags_and_secrets", real)):
             (
-                privacy.may_hold_secret,
                 privacy.redact_secrets,
                 privacy.redact_field_value,
                 privacy.rules_for,
@@ -98,7 +97,6 @@ def import_ab(repeat: int) -> dict[str, Any]:
                 services.close()
             best_rate[name] = max(best_rate.get(name, 0.0), round(rate))
     (
-        privacy.may_hold_secret,
         privacy.redact_secrets,
         privacy.redact_field_value,
         privacy.rules_for,
@@ -115,10 +113,18 @@ def main() -> None:
     records = [orjson.loads(x) for x in corpus]
     mb = sum(len(x) for x in corpus) / 1e6
     result: dict[str, Any] = {"lines": len(corpus), "mb": round(mb, 2)}
+    from ledger import literals, secrets
+
     for name, check, walk in [
         ("tags_and_secrets", may_hold_private, lambda rec, raw: strip_private(rec, raw=raw)),
+        ("tags_and_secrets_fallback", None, None),
         ("tags_only", _tags_only_precheck, lambda rec, raw: _tags_only_walk(rec)),
     ]:
+        # _fallback: the same, with the standard-library scan instead of the automaton
+        literals.USE_AUTOMATON = check is not None
+        secrets.reset_scans()
+        if check is None:
+            check, walk = may_hold_private, lambda rec, raw: strip_private(rec, raw=raw)
         passed = [(r, x) for x, r in zip(corpus, records, strict=True) if check(x)]
         t_check = best(lambda check=check: [check(x) for x in corpus], args.repeat)
         t_walk = best(lambda walk=walk, passed=passed: [walk(*r) for r in passed], args.repeat)

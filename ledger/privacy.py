@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ledger.secrets import RuleSet, may_hold_secret, redact_field_value, redact_secrets, rules_for
+from ledger.secrets import RuleSet, redact_field_value, redact_secrets, rules_for
 
 _TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE | re.ASCII)
 PLACEHOLDER = "[private]"
@@ -24,13 +24,11 @@ PLACEHOLDER = "[private]"
 
 def may_hold_private(raw: bytes) -> bool:
     """Cheap, exact pre-check on JSON text: False only when no string in ``raw`` can
-    decode to a tag or a catalogued secret — no ``private`` in any (ASCII) case, no
-    ``\\u`` escape that could spell one, and no literal of any secret rule
-    (:func:`ledger.secrets.may_hold_secret`)."""
-    if b"\\u" in raw:
-        return True
-    lowered = raw.lower()
-    return b"private" in lowered or may_hold_secret(raw, lowered)
+    decode to a tag or a catalogued secret — no ``<private`` or ``</private`` in any
+    (ASCII) case, no escape that could spell one, and no literal of any secret rule
+    (:func:`ledger.secrets.rules_for`: one pass over ``raw``, remembered for the walk)."""
+    found = rules_for(raw)  # every rule, and tags, when an escape could hide a literal
+    return found.private or found.fields or bool(found.rules)
 
 
 def strip_private_text(text: str) -> tuple[str, int]:
@@ -74,9 +72,11 @@ def redact_text(text: str, path: str = "$") -> tuple[str, list[dict[str, Any]]]:
 def _text(
     text: str, path: str, redactions: list[dict[str, Any]], rules: RuleSet | None = None
 ) -> str:
-    cleaned, n = strip_private_text(text)
-    if n:
-        redactions.append({"kind": "private_tag", "path": path, "count": n})
+    cleaned = text
+    if rules is None or rules.private:
+        cleaned, n = strip_private_text(text)
+        if n:
+            redactions.append({"kind": "private_tag", "path": path, "count": n})
     cleaned, counts = redact_secrets(cleaned, rules)
     redactions.extend({"kind": k, "path": path, "count": c} for k, c in counts.items())
     return cleaned
@@ -97,14 +97,8 @@ def strip_private(
     """
     redactions: list[dict[str, Any]] = []
     rules = rules_for(raw, value) if raw is not None else None
-    if (
-        rules is not None
-        and not rules.rules
-        and not rules.fields
-        and b"private" not in raw.lower()  # type: ignore[union-attr]
-        and b"\\u" not in raw  # type: ignore[operator]
-    ):
-        return value, redactions  # nothing in the bytes can need redacting
+    if rules is not None and not (rules.rules or rules.fields or rules.private):
+        return value, redactions  # nothing in the text can need redacting
     return _walk(value, path, redactions, rules), redactions
 
 

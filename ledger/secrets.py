@@ -8,12 +8,15 @@ a regex. Where the regex has a group named ``v`` only that group is replaced (th
 Work is linear in the input: every quantifier is bounded, no quantifier is nested
 inside another, and a rule's regex only runs on a string that holds one of its
 literals. :func:`may_hold_secret` is the byte-level pre-check on raw JSON text: it is
-False only when no string in the text can decode to a match (every literal is made of
-characters JSON never needs to escape; ``\\u`` and ``\\/`` escapes, which could hide
-one, make it True).
+False only when no string in the text can decode to a match. Literals are printable
+ASCII, and those holding ``"`` or ``\\`` are listed in their escaped forms too; a
+``\\/`` escape or a ``\\u`` escape of printable ASCII, which could hide one, makes it
+True. It and :func:`rules_for` read the text once, with a
+:class:`~ledger.literals.LiteralScanner` over every literal of the catalogue (an
+Aho–Corasick automaton when ``ahocorasick-rs`` is installed).
 
-Standard library only: the hook client (``api/hook_client.py``) imports it on its
-spool path. Shapes follow the providers' published token formats and the public
+Standard library only at import time: the hook client (``api/hook_client.py``) imports
+it on its spool path. Shapes follow the providers' published token formats and the public
 gitleaks / GitHub secret-scanning catalogues; see ``docs/privacy.md`` for the table.
 """
 
@@ -25,6 +28,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ledger.literals import LiteralScanner
 
 PLACEHOLDER = "[redacted:{}]"
 _PLACEHOLDER_PREFIX = "[redacted:"
@@ -88,6 +93,11 @@ class Rule:
     escapes excepted). Set from a leading ``_L``/``_LW`` of the pattern, which is then
     checked after a match instead of before every position: a pattern that starts with a
     literal lets the regex engine skip to it."""
+    gate: Callable[[str], bool] | None = None
+    """A necessary condition of an accepted match, much cheaper than the regex (given
+    the text, lower-cased when ``ignore_case``): the rule is not run on a text it
+    rejects. For the rules whose regex starts with a character class (tried at every
+    letter) and whose ``accept`` wants the name to end with one of a few words."""
 
     def __post_init__(self) -> None:
         for prefix, chars in ((_L, _WORD + "-"), (_LW, _WORD)):
@@ -107,19 +117,6 @@ class Rule:
         hay = lowered if self.ignore_case else text
         return any(s in hay for s in self.any_of) and all(s in hay for s in self.all_of)
 
-    def may_match_bytes(self, raw: bytes, lowered: bytes) -> bool:
-        hay = lowered if self.ignore_case else raw
-        any_b, all_b = _encoded(self)
-        for s in any_b:  # loops, not generators: this runs for every rule of every record
-            if s in hay:
-                break
-        else:
-            return False
-        for s in all_b:  # noqa: SIM110
-            if s not in hay:
-                return False
-        return True
-
 
 _ENCODED: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
 
@@ -132,6 +129,23 @@ def _encoded(rule: Rule) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
     return found
 
 
+def _ends_then(endings: tuple[str, ...], then: str) -> Callable[[str], bool]:
+    """A :attr:`Rule.gate`: True when one of ``endings`` occurs right before a match of
+    the regex ``then`` (ASCII)."""
+    after = re.compile(then, re.ASCII)
+
+    def gate(hay: str) -> bool:
+        for end in endings:
+            i = hay.find(end)
+            while i >= 0:
+                if after.match(hay, i + len(end)):
+                    return True
+                i = hay.find(end, i + 1)
+        return False
+
+    return gate
+
+
 def _r(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, flags | re.ASCII)
 
@@ -141,10 +155,15 @@ _I = re.IGNORECASE
 _FIELD_ENDS = {
     end + quote
     for end in (b"password", b"passwd", b"secret", b"key", b"token")
-    for quote in (b'"', b'\\"')
+    for quote in (b'"', b'\\"', b"\\\\")
 }
 """How every object key :func:`secret_field` accepts ends in JSON text (lower-cased), as a
-key of the record itself or of JSON text inside one of its strings (``\\"``)."""
+key of the record itself (``key"``), or of JSON text inside one of its strings
+(``key\\"``), or JSON text nested deeper (then the raw text has ``key\\\\``)."""
+
+_FIELD_NAMES = frozenset(_FIELD_ENDS | {b'private_key_id"'})
+"""Literals of which one occurs in JSON text (lower-cased) whose objects have a key
+that :func:`redact_field_value` may redact the value of."""
 
 
 @functools.cache
@@ -220,11 +239,18 @@ def catalogue() -> tuple[Rule, ...]:
             r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("@",)),
         Rule("env_secret_assignment", ("KEY", "SECRET", "TOKEN", "PASS", "PWD", "CREDENTIAL"), _r(
             _LW + r"(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
-            accept=_env_name_is_secret),
+            accept=_env_name_is_secret,
+            # every name _env_name_is_secret accepts ends with one of these
+            gate=_ends_then(
+                tuple(sorted({*_SECRET_NAMES, *(x.lstrip("_") for x in _SECRET_NAME_SUFFIXES)})),
+                _ASSIGN,
+            )),
         Rule("secret_field", tuple(e.decode() for e in sorted(_FIELD_ENDS)), _r(
             _L + r"(?P<name>[A-Za-z_][A-Za-z0-9_\-]{0,64})\\?\"\s{0,4}:\s{0,4}\\?\""
             r"(?!\[redacted:)(?P<v>(?:[^\"\\\r\n]|\\[^\"]){6,512})(?=\\?\")"),
-            ignore_case=True, accept=lambda m: secret_field(m.group("name"))),
+            ignore_case=True, accept=lambda m: secret_field(m.group("name")),
+            # secret_field wants the lower-cased name to end with one of _FIELD_WORDS
+            gate=_ends_then(_FIELD_WORDS, r"\\?\"\s{0,4}:")),
         Rule("password_assignment", ("password", "passwd"), _r(
             r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))(?:password|passwd)" + _ASSIGN + _VALUE, _I),
             ignore_case=True, accept=_looks_like_password),
@@ -233,47 +259,114 @@ def catalogue() -> tuple[Rule, ...]:
 
 def rules_for(raw: bytes, value: Any = None) -> RuleSet:
     """The rules that may match some string of the JSON text ``raw`` (decoded: ``value``):
-    the walk over the record then runs only these, and redacts object fields by name
-    only when some key can name a secret (``RuleSet.fields``).
+    the walk over the record then runs only these, redacts object fields by name only
+    when some key can name a secret (``RuleSet.fields``) and strips ``<private>`` tags
+    only when some string holds ``<private`` or ``</private`` (``RuleSet.private``).
 
-    A ``\\u`` or ``\\/`` escape in ``raw`` could hide a literal: then the literals are
-    looked for in ``value`` dumped again without them (``ensure_ascii=False``; only control
-    characters, which no literal holds, stay escaped), or every rule runs when no
-    ``value`` is given."""
-    if b"\\u" in raw or b"\\/" in raw:
-        if value is None:
-            return ruleset(catalogue(), fields=True)
-        raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    lowered = raw.lower()
-    chosen = tuple(r for r in catalogue() if r.may_match_bytes(raw, lowered))
-    return ruleset(chosen, fields=any(f in lowered for f in _FIELD_ENDS))
+    One pass of a :class:`~ledger.literals.LiteralScanner` over ``raw`` finds the
+    literals; the last answer is kept, so a pre-check (:func:`may_hold_secret`) and then
+    the walk of the same bytes scan them once.
+
+    A ``\\/`` escape, or a ``\\u`` escape of a printable ASCII character, in ``raw`` could
+    hide a literal (:data:`_ESCAPES`): then the literals are looked for in ``value``
+    dumped again without them (non-ASCII unescaped; only control characters, which no
+    literal holds, stay escaped), or every rule runs when no ``value`` is given."""
+    global _last_scan
+    last = _last_scan
+    if last is not None and (last[0] is raw or last[0] == raw):
+        found, escaped = last[1]
+    else:
+        found, escaped = _scan(raw)
+        _last_scan = (raw, (found, escaped))
+    if not escaped:
+        return found
+    if value is None:
+        return ruleset(catalogue(), fields=True)
+    # the dump's only escapes are of control characters, which no literal holds
+    return _scan(_dump_unescaped(value))[0]
+
+
+_last_scan: tuple[bytes, tuple[RuleSet, bool]] | None = None
+"""The last ``(raw, _scan(raw))`` (one tuple: replaced atomically)."""
+
+
+def _dump_unescaped(value: Any) -> bytes:
+    """``value`` as JSON text with no ``\\u`` or ``\\/`` escape but for control
+    characters (orjson when importable, else the standard library)."""
+    try:
+        import orjson
+
+        return orjson.dumps(value)
+    except (ImportError, TypeError):  # no orjson; lone surrogates or a huge int
+        return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _scan(raw: bytes) -> tuple[RuleSet, bool]:
+    """(the rules whose literals occur in ``raw``, whether ``raw`` holds an escape that
+    could hide one: :data:`_ESCAPES`)."""
+    exact, folded = _scanner().present(raw)
+    key = (exact, folded)
+    found = _SCANNED.get(key)
+    if found is None:
+        chosen = tuple(
+            r
+            for r in catalogue()
+            if not (hay := folded if r.ignore_case else exact).isdisjoint(_encoded(r)[0])
+            and all(s in hay for s in _encoded(r)[1])
+        )
+        found = (
+            ruleset(
+                chosen,
+                fields=not folded.isdisjoint(_FIELD_NAMES),
+                private=not folded.isdisjoint(TAG_LITERALS),
+            ),
+            not folded.isdisjoint(_ESCAPES),
+        )
+        if len(_SCANNED) >= 4096:
+            _SCANNED.clear()
+        _SCANNED[key] = found
+    return found
+
+
+_SCANNED: dict[tuple[frozenset[bytes], frozenset[bytes]], tuple[RuleSet, bool]] = {}
+
+_ESCAPES = frozenset({b"\\/", b"\\u002", b"\\u003", b"\\u004", b"\\u005", b"\\u006", b"\\u007"})
+"""JSON escapes that could spell a literal: ``\\/`` and ``\\u0020``-``\\u007f`` (every literal
+is printable ASCII; an escaped control or non-ASCII character is part of none). Found in
+the lower-cased text, so a hex digit in either case counts; an escaped backslash before
+``u00..`` counts too, which only sends a record down the slower, exact path."""
+
+TAG_LITERALS = frozenset({b"<private", b"</private"})
+"""Every ``<private>`` or ``</private>`` tag (any case) holds one of them, in JSON text
+too (``<`` is never escaped but as ``\\u003c``, ``/`` as ``\\/``: see :data:`_ESCAPES`):
+:mod:`ledger.privacy` strips tags only from records whose text holds one."""
+
+
+@functools.cache
+def _scanner() -> LiteralScanner:
+    """One scanner over every literal of the catalogue (``any_of`` and ``all_of``), the
+    field names (:data:`_FIELD_NAMES`), :data:`TAG_LITERALS` and :data:`_ESCAPES`."""
+    rules = catalogue()
+    exact = {s for r in rules if not r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
+    folded = {s for r in rules if r.ignore_case for s in (*_encoded(r)[0], *_encoded(r)[1])}
+    return LiteralScanner(exact, folded | _FIELD_NAMES | TAG_LITERALS | _ESCAPES)
+
+
+def reset_scans() -> None:
+    """Forget the scanner and the remembered scans: the next scan builds them again
+    (reading :data:`ledger.literals.USE_AUTOMATON` afresh)."""
+    global _last_scan
+    _scanner.cache_clear()
+    _SCANNED.clear()
+    _last_scan = None
 
 
 def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
     """Exact pre-check on JSON text (bytes): False only when no string in ``raw`` can
-    decode to a match of any rule. ``lowered`` is ``raw.lower()`` if the caller has it."""
-    if b"\\u" in raw or b"\\/" in raw:
-        return True
-    exact, lower, joint = _precheck_literals()
-    if any(s in raw for s in exact):
-        return True
-    low = raw.lower() if lowered is None else lowered
-    return any(s in low for s in lower) or any(r.may_match_bytes(raw, low) for r in joint)
-
-
-@functools.cache
-def _precheck_literals() -> tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[Rule, ...]]:
-    """(case-sensitive literals, lower-case literals, rules that also need ``all_of``):
-    one flat scan list; a literal that holds a shorter one of its list is left out."""
-    rules = catalogue()
-
-    def minimal(found: set[bytes]) -> tuple[bytes, ...]:
-        return tuple(sorted(s for s in found if not any(o != s and o in s for o in found)))
-
-    plain = [r for r in rules if not r.all_of]
-    exact = {s for r in plain if not r.ignore_case for s in _encoded(r)[0]}
-    lower = {s for r in plain if r.ignore_case for s in _encoded(r)[0]} | _FIELD_ENDS
-    return minimal(exact), minimal(lower), tuple(r for r in rules if r.all_of)
+    decode to a match of any rule (nor a value under a key naming a secret).
+    ``lowered``: unused (kept for callers that pass ``raw.lower()``)."""
+    found = rules_for(raw)
+    return bool(found.rules) or found.fields
 
 
 @dataclass(frozen=True)
@@ -286,15 +379,18 @@ class RuleSet:
     exact: re.Pattern[str] | None
     lower: re.Pattern[str] | None
     fields: bool = True
+    private: bool = True
+    """Whether some string may hold a ``<private>`` tag (:data:`TAG_LITERALS`)."""
 
 
 _RULESETS: dict[tuple[Any, ...], RuleSet] = {}
 
 
-def ruleset(rules: tuple[Rule, ...], fields: bool = True) -> RuleSet:
+def ruleset(rules: tuple[Rule, ...], fields: bool = True, private: bool = True) -> RuleSet:
     """The :class:`RuleSet` of ``rules`` (cached per set of kinds); ``fields``: whether
-    object fields are redacted by name (:func:`redact_field_value`)."""
-    key = (fields, *(r.kind for r in rules))
+    object fields are redacted by name (:func:`redact_field_value`); ``private``: whether
+    ``<private>`` tags are looked for."""
+    key = (fields, private, *(r.kind for r in rules))
     found = _RULESETS.get(key)
     if found is None:
 
@@ -307,6 +403,7 @@ def ruleset(rules: tuple[Rule, ...], fields: bool = True) -> RuleSet:
             union({s for r in rules if not r.ignore_case for s in r.any_of}),
             union({s for r in rules if r.ignore_case for s in r.any_of}),
             fields,
+            private,
         )
         _RULESETS[key] = found
     return found
@@ -335,6 +432,8 @@ def redact_secrets(text: str, rules: RuleSet | None = None) -> tuple[str, dict[s
         return text, counts
     for rule in rs.rules:
         if not rule.may_match(text, lowered):
+            continue
+        if rule.gate is not None and not rule.gate(lowered if rule.ignore_case else text):
             continue
         n = 0
 

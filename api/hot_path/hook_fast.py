@@ -115,8 +115,9 @@ SECRET_RULES = (
     (True, (b'bearer',), ()),
     (
         True,
-        (b'key"', b'key\\"', b'passwd"', b'passwd\\"', b'password"', b'password\\"',
-         b'secret"', b'secret\\"', b'token"', b'token\\"'),
+        (b'key"', b'key\\"', b'key\\\\', b'passwd"', b'passwd\\"', b'passwd\\\\',
+         b'password"', b'password\\"', b'password\\\\', b'secret"', b'secret\\"',
+         b'secret\\\\', b'token"', b'token\\"', b'token\\\\'),
         (),
     ),
     (True, (b'passwd', b'password'), ()),
