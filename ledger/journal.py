@@ -35,6 +35,7 @@ import orjson
 from ledger.app import RecordResult
 from ledger.ingest import EdgeRedactionsError, check_edge_redactions, parse_hook_body
 from ledger.observation import Observation, Rejected
+from ledger.secrets import prescan
 from ledger.sources.claude_common import parse_time
 
 JOURNAL = "hooks.journal"
@@ -134,6 +135,13 @@ def to_items(entry: JournalRecord | Malformed, source_name: str) -> list[Observa
     return parse_hook_body(entry.agent, entry.body, entry.key, at, edge)[0]
 
 
+def _chunk_items(entries: list[JournalRecord | Malformed], source_name: str) -> list[Observation | Rejected]:
+    """:func:`to_items` of a chunk of entries, their bodies scanned for secrets at once
+    (:func:`ledger.secrets.prescan`)."""
+    prescan([e.body for e in entries if isinstance(e, JournalRecord)])
+    return [item for e in entries for item in to_items(e, source_name)]
+
+
 class JournalIngester:
     """Drains the journal in ``spool_dir`` into the ledger through ``record``.
 
@@ -178,19 +186,17 @@ class JournalIngester:
             with open(aside, "rb") as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # wait for a hook mid-write
                 data = f.read()
-            chunk: list[Observation | Rejected] = []
-            count = 0
+            entries: list[JournalRecord | Malformed] = []
             flying: list[Future[RecordResult]] = []
             for entry in parse_journal(data):
-                chunk.extend(to_items(entry, aside.name))
-                count += 1
-                if count >= CHUNK_RECORDS:
-                    flying.append(self.submit(chunk))
-                    chunk, count = [], 0
+                entries.append(entry)
+                if len(entries) >= CHUNK_RECORDS:
+                    flying.append(self.submit(_chunk_items(entries, aside.name)))
+                    entries = []
                     while len(flying) >= IN_FLIGHT:
                         total.add(flying.pop(0).result())
-            if chunk:
-                flying.append(self.submit(chunk))
+            if entries:
+                flying.append(self.submit(_chunk_items(entries, aside.name)))
             for future in flying:
                 total.add(future.result())  # raises what recording raised: the file stays
             aside.unlink()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -273,8 +273,11 @@ def rules_for(raw: bytes, value: Any = None) -> RuleSet:
     literal holds, stay escaped), or every rule runs when no ``value`` is given."""
     global _last_scan
     last = _last_scan
+    batch = _prescanned
     if last is not None and (last[0] is raw or last[0] == raw):
         found, escaped = last[1]
+    elif batch and (hit := batch.get(raw)) is not None:
+        found, escaped = hit
     else:
         found, escaped = _scan(raw)
         _last_scan = (raw, (found, escaped))
@@ -301,10 +304,29 @@ def _dump_unescaped(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
+def prescan(raws: Sequence[bytes]) -> None:
+    """Scan these JSON texts together, ahead of the :func:`rules_for` calls the parsers
+    will make for them, one by one (:meth:`LiteralScanner.present_many`: one automaton
+    call instead of one per text). Remembered until the next ``prescan``, in any
+    thread; a text not remembered is simply scanned when asked for."""
+    global _prescanned
+    raws = [r for r in raws if isinstance(r, bytes)]
+    found = _scanner().present_many(raws)
+    _prescanned = {r: _rules_of(*f) for r, f in zip(raws, found, strict=True)}
+
+
+_prescanned: dict[bytes, tuple[RuleSet, bool]] = {}
+"""The last :func:`prescan`'s answers by text (one dict: replaced atomically)."""
+
+
 def _scan(raw: bytes) -> tuple[RuleSet, bool]:
     """(the rules whose literals occur in ``raw``, whether ``raw`` holds an escape that
     could hide one: :data:`_ESCAPES`)."""
-    exact, folded = _scanner().present(raw)
+    return _rules_of(*_scanner().present(raw))
+
+
+def _rules_of(exact: frozenset[bytes], folded: frozenset[bytes]) -> tuple[RuleSet, bool]:
+    """:func:`_scan`'s answer for the literals found."""
     key = (exact, folded)
     found = _SCANNED.get(key)
     if found is None:
@@ -355,10 +377,11 @@ def _scanner() -> LiteralScanner:
 def reset_scans() -> None:
     """Forget the scanner and the remembered scans: the next scan builds them again
     (reading :data:`ledger.literals.USE_AUTOMATON` afresh)."""
-    global _last_scan
+    global _last_scan, _prescanned
     _scanner.cache_clear()
     _SCANNED.clear()
     _last_scan = None
+    _prescanned = {}
 
 
 def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:

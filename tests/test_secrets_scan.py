@@ -61,6 +61,32 @@ def test_scanner_finds_the_same_literals_with_and_without_the_automaton(
         assert without.present(raw) == expected, raw
 
 
+def test_one_call_over_many_texts_finds_what_one_call_per_text_finds(automaton: bool) -> None:
+    """``present_many`` joins the texts for one automaton call: no literal may be
+    found across two texts, none missed at a text's edges."""
+    scanner = LiteralScanner([b"sk-", b"KEY", b"@"], [b"bearer", b"token", b"sk-"])
+    edges = [b"a sk", b"-b", b"tok", b"en", b"", b"KEY", b"@", b"bearer", b"BEARER x token", b"K", b"EY"]
+    lines = [line for _, line, _ in RECORDS[:300]]
+    rng = random.Random(11)
+    for texts in (edges, lines, rng.sample(lines + edges, 200), [b"sk-"], []):
+        assert scanner.present_many(texts) == [scanner.present(t) for t in texts]
+    assert scanner.present_many([b"sk", b"-"]) == [(frozenset(), frozenset())] * 2
+
+
+def test_rules_after_a_prescan_are_the_rules_of_a_scan_of_each_record(automaton: bool) -> None:
+    lines = [line for _, line, _ in RECORDS[:400]] + [
+        json.dumps({"note": text}).encode() for _, text, _ in SHAPES
+    ]
+    expected = []
+    for line in lines:
+        secrets.reset_scans()
+        expected.append(secrets.rules_for(line))
+    secrets.reset_scans()
+    secrets.prescan(lines)
+    assert len(secrets._prescanned) == len(set(lines))  # the answers come from the prescan
+    assert [secrets.rules_for(line) for line in lines] == expected
+
+
 def test_scanner_refuses_upper_case_folded_or_empty_literals() -> None:
     with pytest.raises(ValueError, match="lower-case"):
         LiteralScanner([b"KEY"], [b"Bearer"])
