@@ -209,7 +209,9 @@ class Ledger(Application[UUID]):
         than recording its events); every write path evicts it from the cache when a
         command or save fails, so a half-applied command never stays cached."""
         try:
-            agg = self.repository.get(aggregate_id, deepcopy_from_cache=not for_write)
+            agg = self.repository.get(
+                aggregate_id, deepcopy_from_cache=not for_write, projector_func=_project
+            )
         except AggregateNotFoundError:
             return None
         if not isinstance(agg, cls):
@@ -301,3 +303,15 @@ class _RejectedWork(_StreamWork):
     def apply_all(self) -> Iterator[int]:
         for item in self.rejected:
             yield self.aggregate.reject(item, self.now)
+
+
+def _project(aggregate: Any, events: Iterable[Any]) -> Any:
+    """Apply stored ``events`` to ``aggregate`` (None: from the first event): what
+    eventsourcing's ``project_aggregate`` does, without its per-event
+    ``isinstance(event, CanMutateProtocol)`` assertion. That check is against a
+    runtime-checkable Protocol, which Python 3.11 answers by walking the protocol's
+    attributes: about 45 µs per event, measured in the journal ingest's profile. Every
+    event here is one of ``Session``'s or ``Quarantine``'s own classes."""
+    for event in events:
+        aggregate = event.mutate(aggregate)
+    return aggregate
