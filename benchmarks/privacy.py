@@ -115,16 +115,17 @@ def main() -> None:
     result: dict[str, Any] = {"lines": len(corpus), "mb": round(mb, 2)}
     from ledger import literals, secrets
 
-    for name, check, walk in [
-        ("tags_and_secrets", may_hold_private, lambda rec, raw: strip_private(rec, raw=raw)),
-        ("tags_and_secrets_fallback", None, None),
-        ("tags_only", _tags_only_precheck, lambda rec, raw: _tags_only_walk(rec)),
+    def full_walk(rec: Any, raw: bytes) -> Any:
+        return strip_private(rec, raw=raw)
+
+    # _fallback: the same, with the standard-library scan instead of the automaton
+    for name, automaton, check, walk in [
+        ("tags_and_secrets", True, may_hold_private, full_walk),
+        ("tags_and_secrets_fallback", False, may_hold_private, full_walk),
+        ("tags_only", True, _tags_only_precheck, lambda rec, raw: _tags_only_walk(rec)),
     ]:
-        # _fallback: the same, with the standard-library scan instead of the automaton
-        literals.USE_AUTOMATON = check is not None
+        literals.USE_AUTOMATON = automaton
         secrets.reset_scans()
-        if check is None:
-            check, walk = may_hold_private, lambda rec, raw: strip_private(rec, raw=raw)
         passed = [(r, x) for x, r in zip(corpus, records, strict=True) if check(x)]
         t_check = best(lambda check=check: [check(x) for x in corpus], args.repeat)
         t_walk = best(lambda walk=walk, passed=passed: [walk(*r) for r in passed], args.repeat)

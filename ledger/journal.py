@@ -135,7 +135,9 @@ def to_items(entry: JournalRecord | Malformed, source_name: str) -> list[Observa
     return parse_hook_body(entry.agent, entry.body, entry.key, at, edge)[0]
 
 
-def _chunk_items(entries: list[JournalRecord | Malformed], source_name: str) -> list[Observation | Rejected]:
+def _chunk_items(
+    entries: list[JournalRecord | Malformed], source_name: str
+) -> list[Observation | Rejected]:
     """:func:`to_items` of a chunk of entries, their bodies scanned for secrets at once
     (:func:`ledger.secrets.prescan`)."""
     prescan([e.body for e in entries if isinstance(e, JournalRecord)])

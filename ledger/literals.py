@@ -85,9 +85,12 @@ class LiteralScanner:
                 frozenset(s for s in self.exact if s in raw),
                 frozenset(s for s in self.folded if s in low),
             )
-        return self._confirm(raw, {m[0] for m in self._ac.find_matches_as_indexes(low, overlapping=True)})
+        found = {m[0] for m in self._ac.find_matches_as_indexes(low, overlapping=True)}
+        return self._confirm(raw, found)
 
-    def present_many(self, raws: Sequence[bytes]) -> list[tuple[frozenset[bytes], frozenset[bytes]]]:
+    def present_many(
+        self, raws: Sequence[bytes]
+    ) -> list[tuple[frozenset[bytes], frozenset[bytes]]]:
         """:meth:`present` of each text, with one automaton call for all of them.
 
         Why: the automaton releases the GIL for every call, and getting it back while

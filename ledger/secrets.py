@@ -7,17 +7,18 @@ a regex. Where the regex has a group named ``v`` only that group is replaced (th
 
 Work is linear in the input: every quantifier is bounded, no quantifier is nested
 inside another, and a rule's regex only runs on a string that holds one of its
-literals. :func:`may_hold_secret` is the byte-level pre-check on raw JSON text: it is
-False only when no string in the text can decode to a match. Literals are printable
+literals. :func:`rules_for` is the byte-level pre-check on raw JSON text: it finds no
+rule only when no string in the text can decode to a match. Literals are printable
 ASCII, and those holding ``"`` or ``\\`` are listed in their escaped forms too; a
-``\\/`` escape or a ``\\u`` escape of printable ASCII, which could hide one, makes it
-True. It and :func:`rules_for` read the text once, with a
+``\\/`` escape or a ``\\u`` escape of printable ASCII, which could hide one, sends the
+record down the exact path. It reads the text once, with a
 :class:`~ledger.literals.LiteralScanner` over every literal of the catalogue (an
 Aho–Corasick automaton when ``ahocorasick-rs`` is installed).
 
-Standard library only at import time: the hook client (``api/hook_client.py``) imports
-it on its spool path. Shapes follow the providers' published token formats and the public
-gitleaks / GitHub secret-scanning catalogues; see ``docs/privacy.md`` for the table.
+Standard library only at import time: the hook's hot path
+(``api/hot_path/hook_fast.py``) imports it, through :mod:`ledger.privacy`, when a
+payload may hold a secret. Shapes follow the providers' published token formats and the
+public gitleaks / GitHub secret-scanning catalogues; see ``docs/privacy.md`` for the table.
 """
 
 from __future__ import annotations
@@ -264,8 +265,9 @@ def rules_for(raw: bytes, value: Any = None) -> RuleSet:
     only when some string holds ``<private`` or ``</private`` (``RuleSet.private``).
 
     One pass of a :class:`~ledger.literals.LiteralScanner` over ``raw`` finds the
-    literals; the last answer is kept, so a pre-check (:func:`may_hold_secret`) and then
-    the walk of the same bytes scan them once.
+    literals; the last answer is kept, so a pre-check
+    (:func:`ledger.privacy.may_hold_private`) and then the walk of the same bytes scan
+    them once.
 
     A ``\\/`` escape, or a ``\\u`` escape of a printable ASCII character, in ``raw`` could
     hide a literal (:data:`_ESCAPES`): then the literals are looked for in ``value``
@@ -310,7 +312,6 @@ def prescan(raws: Sequence[bytes]) -> None:
     call instead of one per text). Remembered until the next ``prescan``, in any
     thread; a text not remembered is simply scanned when asked for."""
     global _prescanned
-    raws = [r for r in raws if isinstance(r, bytes)]
     found = _scanner().present_many(raws)
     _prescanned = {r: _rules_of(*f) for r, f in zip(raws, found, strict=True)}
 
@@ -382,14 +383,6 @@ def reset_scans() -> None:
     _SCANNED.clear()
     _last_scan = None
     _prescanned = {}
-
-
-def may_hold_secret(raw: bytes, lowered: bytes | None = None) -> bool:
-    """Exact pre-check on JSON text (bytes): False only when no string in ``raw`` can
-    decode to a match of any rule (nor a value under a key naming a secret).
-    ``lowered``: unused (kept for callers that pass ``raw.lower()``)."""
-    found = rules_for(raw)
-    return bool(found.rules) or found.fields
 
 
 @dataclass(frozen=True)

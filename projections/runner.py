@@ -79,16 +79,14 @@ class ReadModels:
             name: build_tables(self.metadata, name) for name in PROJECTION_CLASSES
         }
         self.metadata.create_all(engine)
-        dialect = engine.dialect.name
-        extra = {
-            c.table: c.name
-            for name in PROJECTION_CLASSES
-            for c in PROJECTION_CLASSES[name].companions(dialect)
-            if c.kind == "column"
-        }
+        generated: dict[str, set[str]] = {}  # table -> columns its companions add
+        for cls in PROJECTION_CLASSES.values():
+            for c in cls.companions(engine.dialect.name):
+                if c.kind == "column":
+                    generated.setdefault(c.table, set()).add(c.name)
         outdated = reset_outdated(  # columns changed: rebuild
             engine, self.tables, self.tracking,
-            ignore={t: {c} for t, c in extra.items()},
+            ignore=generated,
             on_drop=lambda conn, name: _drop_companions(conn, name, ""),
         )
         if outdated:

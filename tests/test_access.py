@@ -55,7 +55,8 @@ def non_loopback_ip() -> str | None:
     ("localhost", True), ("LOCALHOST.", True), ("127.0.0.1", True), ("127.9.8.7", True),
     ("::1", True), ("[::1]", True), ("0:0:0:0:0:0:0:1", True), ("::ffff:127.0.0.1", True),
     ("127.example.com", False), ("localhost.example.com", False), ("10.0.0.1", False),
-    ("0.0.0.0", False), ("::", False), ("::ffff:10.0.0.1", False), ("0127.0.0.1", False), ("", False),
+    ("0.0.0.0", False), ("::", False), ("::ffff:10.0.0.1", False), ("0127.0.0.1", False),
+    ("", False),
 ])
 def test_the_hook_and_the_server_agree_on_what_is_loopback(host: str, loopback: bool) -> None:
     """One definition: the server's bind check and the hook's choice between the local

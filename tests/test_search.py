@@ -190,12 +190,18 @@ def _search_position(services: Services) -> int:
     return services.runner.positions()["search"]
 
 
-def test_an_outdated_or_half_upgraded_search_model_is_rebuilt_with_its_index(settings: Settings) -> None:
+def _mix_test(services: Services) -> list[dict[str, Any]]:
+    return [h.as_dict() for h in search_models(services.models, "mix test", limit=100, now=LATER)]
+
+
+def test_an_outdated_or_half_upgraded_search_model_is_rebuilt_with_its_index(
+    settings: Settings,
+) -> None:
     services = build(settings)
     try:
         import_paths(services.ledger, [SPOTTER])
         services.runner.catch_up()
-        before = [h.as_dict() for h in search_models(services.models, "mix test", limit=100, now=LATER)]
+        before = _mix_test(services)
         assert before
         # an older version's table had another column: the upgrade drops the table and
         # its index together, then catches up from 0
@@ -207,7 +213,7 @@ def test_an_outdated_or_half_upgraded_search_model_is_rebuilt_with_its_index(set
     try:
         assert _search_position(services) == 0
         services.runner.catch_up()
-        assert [h.as_dict() for h in search_models(services.models, "mix test", limit=100, now=LATER)] == before
+        assert _mix_test(services) == before
         assert _index_counts(services)[0] == _index_counts(services)[1]
         # an upgrade interrupted after the table and tracking row were dropped but not
         # the index: the next catch-up rewrites the index rows instead of failing on them
@@ -222,7 +228,7 @@ def test_an_outdated_or_half_upgraded_search_model_is_rebuilt_with_its_index(set
     try:
         services.runner.catch_up()
         assert _search_position(services) == services.ledger.max_position()
-        assert [h.as_dict() for h in search_models(services.models, "mix test", limit=100, now=LATER)] == before
+        assert _mix_test(services) == before
     finally:
         services.close()
     services = build(settings)  # and a current model is left alone (the index's own
@@ -232,7 +238,9 @@ def test_an_outdated_or_half_upgraded_search_model_is_rebuilt_with_its_index(set
         services.close()
 
 
-def test_a_section_applied_twice_is_a_tracking_conflict_not_an_index_error(services: Services) -> None:
+def test_a_section_applied_twice_is_a_tracking_conflict_not_an_index_error(
+    services: Services,
+) -> None:
     """Two runners racing over the same section: the loser's transaction fails on its
     tracking position (and is retried by ``catch_up``), never on the index rows."""
     import_paths(services.ledger, [SPOTTER])
@@ -252,7 +260,8 @@ def test_a_section_applied_twice_is_a_tracking_conflict_not_an_index_error(servi
 def test_words_with_accents_and_underscores_are_found_on_both_backends(services: Services) -> None:
     hook = {"session_id": "accents-1", "hook_event_name": "UserPromptSubmit", "cwd": "/tmp/p",
             "prompt": "rename the résumé_parser in naïve/café.py"}
-    assert ingest_hook(services.ledger, "claude-code", orjson.dumps(hook), "accents-1", LATER).error is None
+    result = ingest_hook(services.ledger, "claude-code", orjson.dumps(hook), "accents-1", LATER)
+    assert result.error is None
     services.runner.catch_up()
     for query in ("résumé", "parser", "naïve café", "résumé_parser"):
         hits = search_models(services.models, query, kinds=("prompt",))

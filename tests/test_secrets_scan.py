@@ -65,7 +65,8 @@ def test_one_call_over_many_texts_finds_what_one_call_per_text_finds(automaton: 
     """``present_many`` joins the texts for one automaton call: no literal may be
     found across two texts, none missed at a text's edges."""
     scanner = LiteralScanner([b"sk-", b"KEY", b"@"], [b"bearer", b"token", b"sk-"])
-    edges = [b"a sk", b"-b", b"tok", b"en", b"", b"KEY", b"@", b"bearer", b"BEARER x token", b"K", b"EY"]
+    edges = [b"a sk", b"-b", b"tok", b"en", b"", b"KEY", b"@", b"bearer", b"BEARER x token",
+             b"K", b"EY"]
     lines = [line for _, line, _ in RECORDS[:300]]
     rng = random.Random(11)
     for texts in (edges, lines, rng.sample(lines + edges, 200), [b"sk-"], []):
