@@ -253,11 +253,12 @@ main.add_command(_session)
 from api.cli_run import run_cmd  # noqa: E402  (agents: hookledger run)
 
 main.add_command(run_cmd)
-from api.cli_hooks import doctor, install_hooks, uninstall_hooks  # noqa: E402
+from api.cli_hooks import doctor, forward_spool_cmd, install_hooks, uninstall_hooks  # noqa: E402
 
 main.add_command(install_hooks)
 main.add_command(uninstall_hooks)
 main.add_command(doctor)
+main.add_command(forward_spool_cmd)
 from api.cli_analytics import analytics as _analytics  # noqa: E402
 from api.cli_analytics import sql as _sql  # noqa: E402
 

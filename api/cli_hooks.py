@@ -1,4 +1,5 @@
-"""CLI: ``install-hooks``, ``uninstall-hooks`` and ``doctor`` (see :mod:`api.hook_install`).
+"""CLI: ``install-hooks``, ``uninstall-hooks``, ``doctor`` and ``forward-spool`` (see
+:mod:`api.hook_install` and :mod:`api.hot_path.hook_fast`).
 
 Registered on the ``hookledger`` group in :mod:`api.cli`.
 """
@@ -109,7 +110,7 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     spool_dir: Path = ctx.obj["settings"].data_dir / "spool"
     pending = sorted(
         p.name for p in (spool_dir.iterdir() if spool_dir.is_dir() else [])
-        if p.is_file() and (p.name != JOURNAL or p.stat().st_size > 0)
+        if p.name.endswith(".aside") or (p.name == JOURNAL and p.stat().st_size > 0)
     )
     report["server"] = server
     report["spool"] = {"path": str(spool_dir), "empty": not pending, "pending": pending}
@@ -123,4 +124,28 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
             click.echo(f"hooks ({scope}) {h['path']}: {state}")
         click.echo(f"server {target}: {'reachable' if server['reachable'] else 'NOT reachable'}")
         click.echo(f"spool {spool_dir}: {'empty' if not pending else ', '.join(pending)}")
+        if pending and server["reachable"]:
+            click.echo("  a remote server ingests it after `hookledger forward-spool --url URL`;"
+                       " a local one on this data directory drains it by itself")
     ctx.exit(0 if report["ok"] else 1)
+
+
+@click.command("forward-spool")
+@click.option("--url", default=None, help="Server URL (default: HOOKLEDGER_URL or :8765).")
+@click.pass_context
+def forward_spool_cmd(ctx: click.Context, url: str | None) -> None:
+    """Send the hook spool to a (remote) server now; exit 1 if some is left.
+
+    What a remote hook spooled while the server was unreachable goes to
+    POST /v1/journal in pieces of about 1 MiB (the hooks also do this by themselves, in
+    the background, after their next successful POST). Sending twice appends nothing
+    twice."""
+    from api.hot_path.hook_fast import DEFAULT_URL, forward_spool
+
+    target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
+    spool_dir = ctx.obj["settings"].data_dir / "spool"
+    sent, done = forward_spool(target, str(spool_dir))
+    click.echo(f"forwarded {sent} bytes to {target}; spool "
+               + ("empty" if done else "NOT empty (server unreachable or refused, or another "
+                  "forwarder is running)"))
+    ctx.exit(0 if done else 1)

@@ -13,6 +13,16 @@ Both paths parse in their own thread/task and record through one
   ``[{"kind":"private_tag","path":"$.prompt","count":1}]``, recorded with the event;
   a malformed value is ignored with a logged reason, never refused:
   :func:`ledger.ingest.parse_edge_redactions`).
+* ``POST /v1/journal`` — many hook payloads in one body, in the spool journal's own
+  framing (``Content-Type: application/x-hookledger-journal``; each record carries its
+  agent, capture key, capture time and edge redactions: :mod:`ledger.journal`). A remote
+  hook forwards what it spooled while the server was unreachable this way
+  (:func:`api.hot_path.hook_fast.forward_spool`). Recorded in chunks through the group
+  writer, idempotent by capture key (a piece sent twice appends nothing twice). 202
+  ``{"records", "appended", "duplicates", "rejected", "positions"}``; broken framing is
+  recorded as rejected input and counted in ``rejected``; 400 ``{"error"}`` for an empty
+  body, or one in which no record could be read (its bytes are still recorded as
+  rejected input).
 * :class:`JournalPump` — a thread that checks ``<data dir>/spool/hooks.journal`` every
   ``JOURNAL_POLL_S`` (20 ms) and drains it (:mod:`ledger.journal`).
 """
@@ -32,7 +42,7 @@ from starlette.routing import Route
 from api.bootstrap import Services
 from api.hot_path.hook_fast import uuid7
 from ledger.ingest import HOOK_PARSERS, EdgeRedactionsError, parse_edge_redactions, parse_hook_body
-from ledger.journal import JournalIngester
+from ledger.journal import JournalIngester, ingest_journal
 from ledger.sources.claude_common import parse_time
 from ledger.writer import GroupWriter
 
@@ -105,7 +115,10 @@ class HookIngest:
         self.writer.close()
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/hooks/{agent}", self.post_hook, methods=["POST"])]
+        return [
+            Route("/v1/hooks/{agent}", self.post_hook, methods=["POST"]),
+            Route("/v1/journal", self.post_journal, methods=["POST"]),
+        ]
 
     async def post_hook(self, request: Request) -> Response:
         agent = request.path_params["agent"]
@@ -128,6 +141,28 @@ class HookIngest:
         return JSONResponse(
             {"appended": r.appended, "duplicates": r.duplicates, "positions": r.positions,
              "sessions": [str(s) for s in r.sessions]},
+            202,
+        )
+
+
+    async def post_journal(self, request: Request) -> Response:
+        body = await request.body()
+        if not body:
+            return JSONResponse({"error": "empty body: expected journal records"}, 400)
+        source = f"http:journal:{uuid7()}"
+
+        records, r = await anyio.to_thread.run_sync(
+            lambda: ingest_journal(body, source, self.writer.submit)
+        )
+        if records == 0:
+            return JSONResponse(
+                {"error": "no journal record could be read (recorded as rejected input)",
+                 "rejected": r.rejected, "positions": r.positions},
+                400,
+            )
+        return JSONResponse(
+            {"records": records, "appended": r.appended, "duplicates": r.duplicates,
+             "rejected": r.rejected, "positions": r.positions},
             202,
         )
 

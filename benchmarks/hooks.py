@@ -15,8 +15,11 @@
    loss: the distinct tool-call event keys in the log equal N. Then the same journal is
    renamed into a running server's spool, timed until the server has trimmed it.
 4. POST ingest: the same kind of payloads sent by 8 concurrent senders (asyncio tasks)
-   to the app in-process (``httpx.ASGITransport``, lifespan running), and, for
-   comparison, by 8 threads to a real ``hookledger serve`` over TCP.
+   to the app in-process (``httpx.ASGITransport``, lifespan running); beside it the
+   same harness against a bare Starlette route that only reads the body (the floor the
+   harness itself sets); the same payloads ``--batch`` per ``POST /v1/journal`` request
+   (what a remote hook forwards); and, for comparison, one per request by 8 threads to
+   a real ``hookledger serve`` over TCP.
 """
 
 from __future__ import annotations
@@ -274,7 +277,9 @@ def journal_ingest(tmp: Path, n: int) -> dict[str, float]:
     return out
 
 
-async def _post_in_process(app, bodies: list[bytes], senders: int) -> float:  # type: ignore[no-untyped-def]
+async def _post_in_process(  # type: ignore[no-untyped-def]
+    app, bodies: list[bytes], senders: int, path: str = "/v1/hooks/claude-code"
+) -> float:
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
@@ -286,9 +291,7 @@ async def _post_in_process(app, bodies: list[bytes], senders: int) -> float:  # 
             while queue:
                 body = queue.pop()
                 r = await client.post(
-                    "/v1/hooks/claude-code",
-                    content=body,
-                    headers={"X-Hookledger-Capture-Key": uuid7()},
+                    path, content=body, headers={"X-Hookledger-Capture-Key": uuid7()}
                 )
                 if r.status_code != 202:
                     raise RuntimeError(r.text)
@@ -298,8 +301,26 @@ async def _post_in_process(app, bodies: list[bytes], senders: int) -> float:  # 
         return time.perf_counter() - t0
 
 
-def post_ingest(tmp: Path, n: int, senders: int) -> dict[str, float]:
+def floor_app():  # type: ignore[no-untyped-def]
+    """The same route on a bare Starlette app that reads the body and answers 202: what
+    the in-process harness itself (httpx client + Starlette, one event loop) allows."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def take(request: Request) -> JSONResponse:
+        await request.body()
+        return JSONResponse({"appended": 1, "positions": [1]}, 202)
+
+    return Starlette(routes=[Route("/v1/hooks/{agent}", take, methods=["POST"])])
+
+
+def post_ingest(tmp: Path, n: int, senders: int, batch: int) -> dict[str, float]:
     bodies = list(tool_bodies(n))
+    out = {"post_floor_in_process_per_s": n / asyncio.run(
+        _post_in_process(floor_app(), bodies, senders)
+    )}
     services = build(Settings(tmp / "post-in-process"), cache_size=256)
     try:
         dt = asyncio.run(_post_in_process(create_app(services), bodies, senders))
@@ -308,7 +329,21 @@ def post_ingest(tmp: Path, n: int, senders: int) -> dict[str, float]:
         services.close()
     if keys != n:
         raise RuntimeError(f"POST lost events: {keys} for {n}")
-    out = {"post_in_process_per_s": n / dt}
+    out["post_in_process_per_s"] = n / dt
+
+    # POST /v1/journal: ``batch`` payloads per request, framed as the spool journal
+    # (what a remote hook forwards); events/s = distinct tool-call events in the log.
+    records = [record_bytes("claude-code", b, uuid7(), "2026-06-20T00:00:00.000Z") for b in bodies]
+    pieces = [b"".join(records[i : i + batch]) for i in range(0, n, batch)]
+    services = build(Settings(tmp / "post-journal"), cache_size=256)
+    try:
+        dt = asyncio.run(_post_in_process(create_app(services), pieces, senders, "/v1/journal"))
+        keys = count_tool_keys(services)
+    finally:
+        services.close()
+    if keys != n:
+        raise RuntimeError(f"POST /v1/journal lost events: {keys} for {n}")
+    out["post_journal_in_process_per_s"] = n / dt
 
     data = tmp / "post-tcp"
     srv = Serve(data)
@@ -353,6 +388,8 @@ def main() -> None:
     ap.add_argument("--visible", type=int, default=200)
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--senders", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=200,
+                    help="hook payloads per POST /v1/journal request")
     ap.add_argument("--only", choices=["hot", "visible", "journal", "post"], default=None)
     args = ap.parse_args()
     results: dict[str, float] = {}
@@ -365,7 +402,7 @@ def main() -> None:
         if args.only in (None, "journal"):
             results |= journal_ingest(tmp, args.events)
         if args.only in (None, "post"):
-            results |= post_ingest(tmp, args.events, args.senders)
+            results |= post_ingest(tmp, args.events, args.senders, args.batch)
     for k, v in results.items():
         print(f"{k:28} {v:.2f}" if isinstance(v, float) else f"{k:28} {v}")
 

@@ -144,6 +144,43 @@ def _chunk_items(
     return [item for e in entries for item in to_items(e, source_name)]
 
 
+def ingest_journal(data: bytes, source_name: str, submit: Submitter) -> tuple[int, RecordResult]:
+    """Record every entry of journal bytes ``data`` (whole files, or the pieces a remote
+    hook forwards to ``POST /v1/journal``) in chunks of ``CHUNK_RECORDS``, parsing the
+    next chunk while the previous one is recorded. Broken framing is recorded as
+    :class:`~ledger.observation.Rejected` input named ``<source_name> offset <n>``.
+
+    Returns (journal records read, the summed :class:`RecordResult`). Raises whatever
+    recording raised, after every submitted chunk has finished (what was recorded
+    stays; a retry appends nothing twice: keys are the records' capture keys).
+    """
+    total = RecordResult()
+    records = 0
+    entries: list[JournalRecord | Malformed] = []
+    flying: list[Future[RecordResult]] = []
+    try:
+        for entry in parse_journal(data):
+            records += isinstance(entry, JournalRecord)
+            entries.append(entry)
+            if len(entries) >= CHUNK_RECORDS:
+                flying.append(submit(_chunk_items(entries, source_name)))
+                entries = []
+                while len(flying) >= IN_FLIGHT:
+                    total.add(flying.pop(0).result())
+        if entries:
+            flying.append(submit(_chunk_items(entries, source_name)))
+    finally:
+        errors = []
+        for future in flying:
+            try:
+                total.add(future.result())
+            except Exception as e:
+                errors.append(e)
+    if errors:
+        raise errors[0]
+    return records, total
+
+
 class JournalIngester:
     """Drains the journal in ``spool_dir`` into the ledger through ``record``.
 
@@ -188,20 +225,9 @@ class JournalIngester:
             with open(aside, "rb") as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # wait for a hook mid-write
                 data = f.read()
-            entries: list[JournalRecord | Malformed] = []
-            flying: list[Future[RecordResult]] = []
-            for entry in parse_journal(data):
-                entries.append(entry)
-                if len(entries) >= CHUNK_RECORDS:
-                    flying.append(self.submit(_chunk_items(entries, aside.name)))
-                    entries = []
-                    while len(flying) >= IN_FLIGHT:
-                        total.add(flying.pop(0).result())
-            if entries:
-                flying.append(self.submit(_chunk_items(entries, aside.name)))
-            for future in flying:
-                total.add(future.result())  # raises what recording raised: the file stays
+            total.add(ingest_journal(data, aside.name, self.submit)[1])
             aside.unlink()
+            aside.with_name(aside.name + ".sent").unlink(missing_ok=True)  # a forwarder's
         return total
 
 

@@ -22,7 +22,10 @@ payload on stdin and, always printing valid hook output and exiting 0:
 * Remote server (``HOOKLEDGER_URL`` not loopback): the payload is POSTed to
   ``/v1/hooks/<agent>``, the redactions made here in the header
   ``X-Hookledger-Redactions`` (same JSON as in a journal record); when unreachable (or a
-  5xx, 401, 403) it is journalled.
+  5xx, 401, 403) it is journalled. After a POST the server took, a spool that still
+  holds payloads is forwarded by a detached background process
+  (:func:`forward_in_background`, :func:`forward_spool`: ``POST /v1/journal`` in pieces
+  of about 1 MiB, idempotent by capture key), so the hook itself never waits for it.
 
 ``HOOKLEDGER_TOKEN``, when set, is sent as ``Authorization: Bearer <token>``.
 
@@ -48,6 +51,11 @@ import time
 DEFAULT_URL = "http://127.0.0.1:8765"
 JOURNAL = "hooks.journal"
 MAGIC = b"HLJ1"
+JOURNAL_CONTENT_TYPE = "application/x-hookledger-journal"
+FORWARD_LOCK = "forward.lock"
+FORWARD_PIECE_BYTES = 1 << 20
+"""Journal bytes per ``POST /v1/journal`` when forwarding (more when one record is larger)."""
+FORWARD_TIMEOUT_S = 60.0
 MAX_CONTEXT_CHARS = 10_000
 CONTEXT_TIMEOUT_S = 2.0
 POST_TIMEOUT_S = 2.0
@@ -479,6 +487,139 @@ def post_hook(
     return status < 500 and status not in (401, 403)
 
 
+def spool_pending(spool_dir: str) -> bool:
+    """True when ``spool_dir`` holds a non-empty journal or an aside file."""
+    try:
+        if os.stat(spool_dir + "/" + JOURNAL).st_size > 0:
+            return True
+    except OSError:
+        pass
+    try:
+        return any(n.endswith(".aside") for n in os.listdir(spool_dir))
+    except OSError:
+        return False
+
+
+def record_end(data: bytes, pos: int) -> int:
+    """End (exclusive) of the journal record starting at ``pos``; for broken framing,
+    the start of the next record header (the server records those bytes as rejected)."""
+    if data.startswith(MAGIC + b" ", pos):
+        eol = data.find(b"\n", pos, pos + 8192)
+        if eol >= 0:
+            fields = data[pos:eol].split(b" ")
+            if len(fields) in (5, 6) and fields[4].isdigit():
+                end = eol + 1 + int(fields[4]) + 1
+                if end <= len(data) and data[end - 1 : end] == b"\n":
+                    return end
+    nxt = data.find(b"\n" + MAGIC + b" ", pos + 1)
+    return len(data) if nxt < 0 else nxt + 1
+
+
+def _aside_names(spool_dir: str) -> list[str]:
+    def mtime(name: str) -> float:
+        try:
+            return os.stat(spool_dir + "/" + name).st_mtime
+        except OSError:
+            return 0.0
+
+    prefix = JOURNAL + "."
+    names = [n for n in os.listdir(spool_dir) if n.startswith(prefix) and n.endswith(".aside")]
+    return sorted(names, key=mtime)
+
+
+def _read_offset(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(32)
+        return int(text) if text.isdigit() else 0
+    except OSError:
+        return 0
+
+
+def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) -> tuple[int, bool]:
+    """Send everything ``spool_dir`` holds to the server at ``url`` (``POST /v1/journal``,
+    pieces of about :data:`FORWARD_PIECE_BYTES` cut at record boundaries) and delete it.
+
+    Same hand-over as the server's own drain (:mod:`ledger.journal`): the journal is
+    renamed aside, then read under its ``flock``. Progress within an aside file is kept
+    in ``<aside>.sent`` (the byte offset sent so far), so a forward cut off part-way
+    resumes there; a piece sent twice appends nothing twice (capture keys). One
+    forwarder at a time (``forward.lock``; a second returns at once).
+
+    Returns (bytes forwarded, whether the spool is now empty). Stops, keeping what is
+    left, at the first piece the server did not take (unreachable, 5xx, 401, 403).
+
+    Raises:
+        OSError: the spool directory cannot be read or changed.
+    """
+    try:
+        lock = os.open(spool_dir + "/" + FORWARD_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except FileNotFoundError:
+        return 0, True  # no spool directory: nothing was ever spooled
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0, False  # another forwarder is at it
+        path = spool_dir + "/" + JOURNAL
+        try:
+            if os.stat(path).st_size > 0:
+                os.rename(path, path + "." + uuid7().replace("-", "") + ".aside")
+        except FileNotFoundError:
+            pass
+        sent = 0
+        headers = {"Content-Type": JOURNAL_CONTENT_TYPE}
+        for name in _aside_names(spool_dir):
+            aside = spool_dir + "/" + name
+            with open(aside, "rb") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # wait for a hook mid-write
+                data = f.read()
+            pos = _read_offset(aside + ".sent")
+            while pos < len(data):
+                end = pos
+                while end < len(data) and end - pos < FORWARD_PIECE_BYTES:
+                    end = record_end(data, end)
+                try:
+                    status, _ = http("POST", url, "/v1/journal", data[pos:end], headers, timeout)
+                except Exception:
+                    return sent, False
+                if status >= 500 or status in (401, 403):
+                    return sent, False
+                sent += end - pos
+                pos = end
+                with open(aside + ".sent", "wb") as f:
+                    f.write(b"%d" % pos)
+            os.unlink(aside)
+            try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+                os.unlink(aside + ".sent")
+            except FileNotFoundError:
+                pass
+        return sent, True
+    finally:
+        os.close(lock)
+
+
+def forward_in_background(url: str, spool_dir: str) -> None:
+    """Run :func:`forward_spool` in a detached grandchild (own session, standard streams
+    on ``/dev/null``, so the agent reading this hook's output never waits for it)."""
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        return
+    try:  # the child: fork again and exit, so the grandchild is nobody's to wait for
+        if os.fork() == 0:
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            try:  # noqa: SIM105
+                forward_spool(url, spool_dir)
+            except BaseException:
+                pass
+    finally:
+        os._exit(0)
+
+
 def session_start_output(url: str, body: bytes) -> str:
     """The hook output for a ``SessionStart`` payload: the server encodes it
     (``GET /v1/context?…&format=hook``, context at most 10,000 characters); ``{}``
@@ -522,6 +663,8 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
     redactions = encode_redactions(removed)
     if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):
         journal_append(spool, record_bytes(agent, body, key, at, redactions))
+    elif spool_pending(spool):  # the remote server is back: send what waited for it
+        forward_in_background(target, spool)
     if hook_event_name(body) == "SessionStart":
         return session_start_output(target, body)
     return "{}"

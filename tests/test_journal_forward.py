@@ -1,0 +1,197 @@
+"""Many hook payloads per request: ``POST /v1/journal``, and a remote hook forwarding
+what it spooled while its server was unreachable (``forward_spool``), with real hook
+processes, a real server and the real hook-log fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import Server, free_port
+from starlette.testclient import TestClient
+from test_access import TOKEN, non_loopback_ip
+from test_hook_journal import event_keys, fixture_payloads, run_hook
+
+from api.app import create_app
+from api.bootstrap import build
+from api.hot_path import hook_fast
+from api.hot_path.hook_fast import forward_spool, journal_append, record_bytes, uuid7
+from ledger.config import Settings
+from ledger.journal import JOURNAL, JournalIngester
+from projections import queries
+
+AT = "2026-06-20T00:00:00.000Z"
+
+
+def journal_of(bodies: list[bytes]) -> bytes:
+    return b"".join(record_bytes("claude-code", b, uuid7(), AT) for b in bodies)
+
+
+def prompt(n: int, session: int = 1) -> bytes:
+    return json.dumps({
+        "session_id": f"00000000-0000-4000-8000-{session:012d}",
+        "transcript_path": "/tmp/t.jsonl",
+        "cwd": "/work/forward",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": f"forwarded prompt {n}",
+    }).encode()
+
+
+def test_post_journal_records_every_payload_once(settings: Settings, tmp_path: Path) -> None:
+    bodies = [json.dumps(p).encode() for p in fixture_payloads()]
+    half = len(bodies) // 2
+    broken = b"this is not a record\n" + b'HLJ1 k 2026 claude-code 999\n{"short": 1}\n'
+    body = journal_of(bodies[:half]) + broken + journal_of(bodies[half:])
+
+    # Reference: the same records drained from a spool directory into another store.
+    reference = Settings(tmp_path / "reference")
+    spool = tmp_path / "copy"
+    spool.mkdir()
+    (spool / JOURNAL).write_bytes(body)
+    ref = build(reference)
+    try:
+        JournalIngester(spool, ref.ledger.record).drain()
+    finally:
+        ref.close()
+
+    services = build(settings, cache_size=256)
+    try:
+        with TestClient(create_app(services)) as client:
+            headers = {"Content-Type": hook_fast.JOURNAL_CONTENT_TYPE}
+            r = client.post("/v1/journal", content=body, headers=headers)
+            assert r.status_code == 202, r.text
+            first = r.json()
+            assert first["records"] == len(bodies)
+            assert first["rejected"] == 2  # no header; body shorter than its header says
+            assert first["appended"] == len(first["positions"]) > len(bodies)
+
+            again = client.post("/v1/journal", content=body, headers=headers).json()
+            # only the broken records again: rejected input is kept each time it arrives
+            assert again["appended"] == again["rejected"] == 2
+            assert again["duplicates"] >= len(bodies) - first["rejected"]
+
+            r = client.post("/v1/journal", content=b"", headers=headers)
+            assert r.status_code == 400 and "empty" in r.json()["error"]
+            r = client.post("/v1/journal", content=b"\xff\xfe not a journal", headers=headers)
+            assert r.status_code == 400 and r.json()["rejected"] == 1
+        services.runner.catch_up()
+        stats = queries.stats(services.models)
+    finally:
+        services.close()
+    def accepted(keys: Counter[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+        return {k for k in keys if k[1] != "InputRejected"}
+
+    got = event_keys(settings)
+    assert max(got.values()) == 1
+    assert accepted(got) == accepted(event_keys(reference))
+    # the two broken records of the first POST, the same two again (rejected input is
+    # kept every time it arrives), and the body that was no journal at all
+    assert stats["rejected"] == 5
+
+
+def _spooled(spool: Path) -> list[str]:
+    return sorted(p.name for p in spool.iterdir() if p.name != hook_fast.FORWARD_LOCK)
+
+
+def _prompts(url: str, session: int = 1, headers: dict[str, str] | None = None) -> list[str]:
+    sid = f"00000000-0000-4000-8000-{session:012d}"
+    r = httpx.get(f"{url}/v1/sessions/{sid}", headers=headers, timeout=30)
+    return [b["prompt"] for b in r.json()["batches"]] if r.status_code == 200 else []
+
+
+def test_forward_spool_resumes_where_it_stopped_and_sends_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hook_fast, "FORWARD_PIECE_BYTES", 2000)  # several pieces
+    spool = tmp_path / "laptop" / "spool"
+    records = [record_bytes("claude-code", prompt(n), uuid7(), AT) for n in range(60)]
+    for rec in records:
+        journal_append(str(spool), rec)
+    original = (spool / JOURNAL).read_bytes()
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert forward_spool(dead, str(spool)) == (0, False)
+    asides = _spooled(spool)
+    assert len(asides) == 1 and asides[0].endswith(".aside"), asides
+    assert (spool / asides[0]).read_bytes() == original, "nothing is lost while unreachable"
+
+    # As if a forward had sent the first 20 records and been cut off: resume after them.
+    (spool / (asides[0] + ".sent")).write_bytes(b"%d" % sum(map(len, records[:20])))
+    srv = Server(Settings(tmp_path / "server")).start()
+    try:
+        sent, done = forward_spool(srv.url, str(spool))
+        assert done and sent == len(original) - sum(map(len, records[:20]))
+        assert _spooled(spool) == [], "the spool is trimmed"
+        assert _prompts(srv.url) == [f"forwarded prompt {n}" for n in range(20, 60)]
+
+        # The whole journal once more (e.g. a forward that died before its .sent write):
+        # only the 20 the server never had are appended.
+        (spool / JOURNAL).write_bytes(original)
+        assert forward_spool(srv.url, str(spool)) == (len(original), True)
+    finally:
+        srv.stop()
+    got = event_keys(Settings(tmp_path / "server"))
+    assert sum(1 for k in got if k[1] == "PromptSubmitted") == 60
+    assert max(got.values()) == 1
+
+
+def test_remote_hook_forwards_what_it_spooled_once_the_server_is_back(tmp_path: Path) -> None:
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    remote = f"http://{ip}:{srv.port}"
+    laptop = tmp_path / "laptop"  # the hook's own data directory: no server reads it
+    env = {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": TOKEN}
+    for n in range(5):  # the server is down
+        out = run_hook(laptop, prompt(n), env)
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+    assert (laptop / "spool" / JOURNAL).stat().st_size > 0
+
+    srv.start()
+    try:
+        out = run_hook(laptop, prompt(5), env)  # POSTed; the spool follows in the background
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_prompts(remote, headers=ok)) < 6:
+            time.sleep(0.05)
+        assert sorted(_prompts(remote, headers=ok)) == sorted(
+            f"forwarded prompt {n}" for n in range(6)
+        )
+        while time.monotonic() < deadline and _spooled(laptop / "spool"):
+            time.sleep(0.05)
+        assert _spooled(laptop / "spool") == []
+    finally:
+        srv.stop()
+    got = event_keys(Settings(tmp_path / "server"))
+    assert sum(1 for k in got if k[1] == "PromptSubmitted") == 6
+    assert max(got.values()) == 1
+
+
+def test_forward_spool_cli_reports_what_is_left(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    spool = tmp_path / "laptop" / "spool"
+    journal_append(str(spool), record_bytes("claude-code", prompt(1), uuid7(), AT))
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    cmd = [sys.executable, "-m", "api.cli", "--data-dir", str(tmp_path / "laptop"),
+           "forward-spool", "--url", f"http://127.0.0.1:{free_port()}"]
+    out = subprocess.run(cmd, env=base, capture_output=True, timeout=120)
+    assert out.returncode == 1 and b"NOT empty" in out.stdout, out
+    srv = Server(Settings(tmp_path / "server")).start()
+    try:
+        cmd[-1] = srv.url
+        out = subprocess.run(cmd, env=base, capture_output=True, timeout=120)
+        assert out.returncode == 0 and b"spool empty" in out.stdout, out
+        assert _prompts(srv.url) == ["forwarded prompt 1"]
+    finally:
+        srv.stop()
+    shutil.rmtree(tmp_path / "laptop")
