@@ -44,6 +44,7 @@ from api.commands import routes as command_routes
 from api.hooks_ingest import HookIngest
 from api.jobs import run_jobs
 from api.plans import routes as plan_routes
+from api.projection_process import ProjectionProcess
 from api.summaries import SummaryThread
 from ledger.envelope import raw_record
 from projections import queries
@@ -53,12 +54,16 @@ CATCH_UP_INTERVAL_S = 0.1
 
 
 class Background:
-    """Keeps projections current in one thread; runs the liveness jobs
+    """Keeps projections current in one thread (with a :class:`ProjectionProcess`, sees
+    that the child runs instead); runs the liveness jobs
     (:mod:`api.jobs`) every ``settings.jobs_interval_s`` seconds (0: never). The hook
     journal is drained by :class:`api.hooks_ingest.JournalPump`."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(
+        self, services: Services, projection_process: ProjectionProcess | None = None
+    ) -> None:
         self.services = services
+        self.projection_process = projection_process
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -70,7 +75,10 @@ class Background:
         next_jobs = time.monotonic() + interval
         while not self.stop.is_set():
             try:
-                self.services.runner.catch_up()
+                if self.projection_process is None:
+                    self.services.runner.catch_up()
+                else:  # the child process projects; see that it runs
+                    self.projection_process.ensure_running()
                 if interval > 0 and time.monotonic() >= next_jobs:
                     next_jobs = time.monotonic() + interval
                     run_jobs(self.services)
@@ -81,16 +89,24 @@ class Background:
             self.wake.clear()
 
 
-def create_app(services: Services, token: str | None = None) -> Starlette:
+def create_app(
+    services: Services, token: str | None = None, *, projection_process: bool = False
+) -> Starlette:
     """Build the ASGI app around already-built services (see :mod:`api.bootstrap`).
 
-    ``token``: when set, requests need it (:class:`api.access.TokenMiddleware`)."""
-    background = Background(services)
+    ``token``: when set, requests need it (:class:`api.access.TokenMiddleware`).
+    ``projection_process``: run the projections in a child process
+    (:class:`api.projection_process.ProjectionProcess`; what ``serve`` does) instead of
+    this process's background thread."""
+    process = ProjectionProcess(services) if projection_process else None
+    background = Background(services, process)
     hooks = HookIngest(services)
     summaries = SummaryThread(services, services.settings.summaries_interval_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if process is not None:
+            process.start()
         background.thread.start()
         await anyio.to_thread.run_sync(hooks.start)
         summaries.start()
@@ -103,6 +119,8 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
             background.stop.set()
             background.wake.set()
             await anyio.to_thread.run_sync(background.thread.join)
+            if process is not None:
+                await anyio.to_thread.run_sync(process.stop)
 
     async def current() -> None:
         await anyio.to_thread.run_sync(services.runner.catch_up)
@@ -160,6 +178,8 @@ def create_app(services: Services, token: str | None = None) -> Starlette:
             "head": status[0].head if status else 0,
             "projections": {s.name: {"position": s.position, "lag": s.lag} for s in status},
         }
+        if process is not None:
+            body["projection_process"] = process.health()
         if error is not None:
             body["error"] = repr(error)
         return JSONResponse(body, 200 if error is None else 503)

@@ -199,8 +199,12 @@ def projections_rebuild(ctx: click.Context, names: tuple[str, ...]) -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--projections", "projections_in", type=click.Choice(["process", "thread"]),
+              default="process", show_default=True,
+              help="Where the projections run: a child process (both cores: ingest is not "
+                   "slowed by them) or a thread of the server process.")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
+def serve(ctx: click.Context, host: str, port: int, projections_in: str) -> None:
     """Run the HTTP service (single writer of the store).
 
     Binds 127.0.0.1 by default; any other address needs HOOKLEDGER_TOKEN, which every
@@ -221,7 +225,8 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
     services = build(settings, cache_size=256)
     click.echo(f"hookledger serving {settings.data_dir} on http://{host}:{port}", err=True)
     try:
-        uvicorn.run(create_app(services, token=token), host=host, port=port, log_level="warning")
+        app = create_app(services, token=token, projection_process=projections_in == "process")
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         services.close()
 

@@ -316,14 +316,15 @@ def floor_app():  # type: ignore[no-untyped-def]
     return Starlette(routes=[Route("/v1/hooks/{agent}", take, methods=["POST"])])
 
 
-def post_ingest(tmp: Path, n: int, senders: int, batch: int) -> dict[str, float]:
+def post_ingest(tmp: Path, n: int, senders: int, batch: int, process: bool) -> dict[str, float]:
     bodies = list(tool_bodies(n))
     out = {"post_floor_in_process_per_s": n / asyncio.run(
         _post_in_process(floor_app(), bodies, senders)
     )}
     services = build(Settings(tmp / "post-in-process"), cache_size=256)
     try:
-        dt = asyncio.run(_post_in_process(create_app(services), bodies, senders))
+        app = create_app(services, projection_process=process)
+        dt = asyncio.run(_post_in_process(app, bodies, senders))
         keys = count_tool_keys(services)
     finally:
         services.close()
@@ -337,7 +338,8 @@ def post_ingest(tmp: Path, n: int, senders: int, batch: int) -> dict[str, float]
     pieces = [b"".join(records[i : i + batch]) for i in range(0, n, batch)]
     services = build(Settings(tmp / "post-journal"), cache_size=256)
     try:
-        dt = asyncio.run(_post_in_process(create_app(services), pieces, senders, "/v1/journal"))
+        app = create_app(services, projection_process=process)
+        dt = asyncio.run(_post_in_process(app, pieces, senders, "/v1/journal"))
         keys = count_tool_keys(services)
     finally:
         services.close()
@@ -388,6 +390,8 @@ def main() -> None:
     ap.add_argument("--visible", type=int, default=200)
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--senders", type=int, default=8)
+    ap.add_argument("--projections", choices=["process", "thread"], default="process",
+                    help="where the in-process app runs its projections (serve: process)")
     ap.add_argument("--batch", type=int, default=200,
                     help="hook payloads per POST /v1/journal request")
     ap.add_argument("--only", choices=["hot", "visible", "journal", "post"], default=None)
@@ -402,7 +406,9 @@ def main() -> None:
         if args.only in (None, "journal"):
             results |= journal_ingest(tmp, args.events)
         if args.only in (None, "post"):
-            results |= post_ingest(tmp, args.events, args.senders, args.batch)
+            results |= post_ingest(
+                tmp, args.events, args.senders, args.batch, args.projections == "process"
+            )
     for k, v in results.items():
         print(f"{k:28} {v:.2f}" if isinstance(v, float) else f"{k:28} {v}")
 

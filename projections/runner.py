@@ -14,7 +14,7 @@ position 0 and swaps them in, in one transaction, once they are current.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +111,11 @@ class ProjectionRunner:
         chosen = list(names or PROJECTION_CLASSES)
         self.projections = [PROJECTION_CLASSES[n](models.tables[n]) for n in chosen]
         self._lock = threading.Lock()
+        self.delegate: Callable[[int | None], int | None] | None = None
+        """When set (e.g. by :class:`api.projection_process.ProjectionProcess`), a
+        ``catch_up(stop)`` without ``max_sections`` calls ``delegate(stop)`` first: it
+        waits for another process to apply the log up to ``stop`` and returns events
+        applied here (0), or None to let this runner catch up itself."""
 
     # -- status ---------------------------------------------------------------------
 
@@ -129,7 +134,12 @@ class ProjectionRunner:
         self, stop: int | None = None, max_sections: int | None = None, section: int = SECTION
     ) -> int:
         """Apply everything in the log (up to ``stop``, or ``max_sections`` sections of
-        ``section`` events); returns events applied."""
+        ``section`` events); returns events applied (by this runner: see ``delegate``)."""
+        delegate = self.delegate
+        if delegate is not None and max_sections is None:
+            done = delegate(stop)
+            if done is not None:
+                return done
         with self._lock, gc_paused():
             return _catch_up(
                 self.ledger, self.models, self.projections, self.models.tracking, stop,

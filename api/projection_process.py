@@ -1,0 +1,161 @@
+"""Projections in their own process, so ingest and projection use both cores.
+
+CPython runs one thread at a time per process. In ``hookledger serve`` the projections
+(about half the CPU per event, see docs/benchmarks.md) would otherwise share that lock
+with the HTTP handlers, the group writer and the SSE fan-out. :class:`ProjectionProcess`
+starts a child process (``multiprocessing`` "spawn") that builds its own services from
+the same :class:`~ledger.config.Settings` (the composition root, :func:`api.bootstrap.build`)
+and runs ``ProjectionRunner.catch_up`` whenever it is woken.
+
+* **Wake.** The parent's ledger listener writes one byte to a pipe after every save
+  (non-blocking: a full pipe already means "wake up"); the child also looks every
+  ``POLL_S`` (0.1 s) on its own, so appends by other processes (a CLI import) are
+  projected too. When the parent closes the pipe, or dies (even by SIGKILL), the child
+  reads end-of-file and exits after its current section.
+* **Waiting.** Installed as the parent runner's delegate, it turns every
+  ``runner.catch_up(stop)`` of the parent (read-your-writes before a read, the SSE
+  derived section, jobs, commands) into: wake the child, then poll the tracking table
+  every ``WAIT_POLL_S`` (3 ms) until every projection has reached ``stop`` (default: the
+  head of the log at the call). Nothing is applied twice: only the child applies.
+* **Failure.** When the child is not running, or the projections make no progress for
+  ``STALL_S`` (1 s) while behind, the delegate declines and the parent catches up
+  itself (exactly once either way: the runner's conditional tracking update), so a
+  projection error surfaces in the parent as before. :meth:`ensure_running` (called by
+  the server's background thread) starts a child that died again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import time
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnProcess
+
+from api.bootstrap import Services
+from ledger.config import Settings
+
+POLL_S = 0.1
+WAIT_POLL_S = 0.003
+STALL_S = 1.0
+STOP_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
+
+
+def _child(settings: Settings, wake: Connection) -> None:
+    """The child process: catch up on every wake (and every ``POLL_S``) until the
+    parent's end of ``wake`` is closed."""
+    from api.bootstrap import build
+
+    services = build(settings)
+    try:
+        while True:
+            if wake.poll(POLL_S) and not os.read(wake.fileno(), 65536):
+                return  # end of file: the parent stopped us, or died
+            try:
+                services.runner.catch_up()
+            except Exception:  # the parent sees the stall and catches up itself
+                log.exception("projection process: catch-up failed; retrying")
+                time.sleep(POLL_S)
+    finally:
+        services.close()
+
+
+class ProjectionProcess:
+    """Runs the projections of ``services`` in a child process (module docstring).
+
+    Use :meth:`start` (installs the delegate on ``services.runner``) and :meth:`stop`.
+    """
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self._ctx = multiprocessing.get_context("spawn")
+        self._wake: Connection | None = None
+        self._proc: SpawnProcess | None = None
+        self._stopped = False
+        self.restarts = 0
+
+    def start(self) -> None:
+        self._spawn()
+        self.services.ledger.add_listener(self._saved)
+        self.services.runner.delegate = self.catch_up
+
+    def _spawn(self) -> None:
+        reader, writer = self._ctx.Pipe(duplex=False)
+        os.set_blocking(writer.fileno(), False)
+        self._proc = self._ctx.Process(
+            target=_child,
+            args=(self.services.settings, reader),
+            name="hookledger-projections",
+            daemon=True,
+        )
+        self._proc.start()
+        reader.close()  # the child has its own copy
+        old, self._wake = self._wake, writer
+        if old is not None:
+            old.close()
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def health(self) -> dict[str, object]:
+        """``{"pid", "alive", "restarts"}`` for ``/healthz``."""
+        pid = self._proc.pid if self._proc is not None else None
+        return {"pid": pid, "alive": self.alive(), "restarts": self.restarts}
+
+    def ensure_running(self) -> None:
+        """Start the child again if it died (logged with its exit code)."""
+        if self._proc is not None and not self._proc.is_alive() and not self._stopped:
+            log.error("projection process exited (code %s); starting it again",
+                      self._proc.exitcode)
+            self.restarts += 1
+            self._spawn()
+
+    def stop(self) -> None:
+        """Stop the child after its current section (its transactions are atomic)."""
+        self.services.runner.delegate = None
+        self._stopped = True
+        if self._wake is not None:
+            self._wake.close()  # the child reads end-of-file
+        if self._proc is not None:
+            self._proc.join(STOP_TIMEOUT_S)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
+
+    def _saved(self, _position: int) -> None:
+        self._poke()
+
+    def _poke(self) -> None:
+        wake = self._wake
+        if wake is None:
+            return
+        # a full pipe is already a wake-up; a closed one means we are stopping
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(wake.fileno(), b"w")
+
+    def catch_up(self, stop: int | None) -> int | None:
+        """Wait until the child has applied everything up to ``stop`` (default: the
+        head now). Returns 0 (events applied by this call: none, the child applies), or
+        None when the parent should catch up itself (child not running, or no progress
+        for ``STALL_S`` seconds)."""
+        runner = self.services.runner
+        target = stop if stop is not None else self.services.ledger.max_position()
+        progress_at = time.monotonic()
+        seen = -1
+        while True:
+            reached = min(runner.positions().values(), default=target)
+            if reached >= target:
+                return 0
+            if not self.alive():
+                return None
+            now = time.monotonic()
+            if reached > seen:
+                seen, progress_at = reached, now
+            elif now - progress_at > STALL_S:
+                return None
+            self._poke()
+            time.sleep(WAIT_POLL_S)

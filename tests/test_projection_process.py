@@ -1,0 +1,114 @@
+"""``hookledger serve`` projects in a child process (``--projections process``, the
+default): reads still see every write, the child is started again when it dies, and it
+never outlives its server. Real server, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import httpx
+import pytest
+from conftest import Server
+
+from ledger.config import Settings
+
+
+def _prompt(n: int) -> bytes:
+    return json.dumps({
+        "session_id": "00000000-0000-4000-8000-00000000beef",
+        "transcript_path": "/tmp/t.jsonl",
+        "cwd": "/work/projection-process",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": f"prompt {n}",
+    }).encode()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
+        return f.read().split(") ")[1][0] != "Z"
+
+
+def _health(url: str) -> dict:
+    return httpx.get(url + "/healthz", timeout=30).json()
+
+
+def test_projections_run_in_a_child_that_is_restarted_and_dies_with_the_server(
+    settings: Settings,
+) -> None:
+    srv = Server(settings).start()
+    try:
+        health = _health(srv.url)
+        child = health["projection_process"]["pid"]
+        assert health["projection_process"]["alive"] and child != srv.proc.pid
+        for n in range(3):
+            r = httpx.post(srv.url + "/v1/hooks/claude-code", content=_prompt(n), timeout=30)
+            assert r.status_code == 202
+        sid = r.json()["sessions"][0]
+        batches = httpx.get(f"{srv.url}/v1/sessions/{sid}", timeout=30).json()["batches"]
+        assert [b["prompt"] for b in batches] == ["prompt 0", "prompt 1", "prompt 2"]
+
+        os.kill(child, signal.SIGKILL)
+        for n in range(3, 6):  # while it is down: the server catches up itself
+            httpx.post(srv.url + "/v1/hooks/claude-code", content=_prompt(n), timeout=30)
+        batches = httpx.get(f"{srv.url}/v1/sessions/{sid}", timeout=30).json()["batches"]
+        assert [b["prompt"] for b in batches] == [f"prompt {n}" for n in range(6)]
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            health = _health(srv.url)
+            state = health["projection_process"]
+            if state["restarts"] == 1 and state["alive"]:
+                break
+            time.sleep(0.1)
+        assert health["projection_process"]["restarts"] == 1, health
+        assert health["ok"], health
+        child = health["projection_process"]["pid"]
+        httpx.post(srv.url + "/v1/hooks/claude-code", content=_prompt(6), timeout=30)
+        batches = httpx.get(f"{srv.url}/v1/sessions/{sid}", timeout=30).json()["batches"]
+        assert len(batches) == 7
+        events = httpx.get(f"{srv.url}/v1/sessions/{sid}/events", timeout=30).json()["events"]
+        # exactly once: every prompt event is indexed at one position
+        positions = [e["position"] for e in events]
+        assert None not in positions and len(set(positions)) == len(positions)
+    finally:
+        srv.stop(kill=True)  # SIGKILL: no shutdown hook runs in the server
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child), "the child exits when its server dies"
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_both_modes_give_the_same_sessions(settings: Settings, mode: str) -> None:
+    import subprocess
+    import sys
+
+    from conftest import settings_env
+
+    srv = Server(settings)
+    srv.proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(srv.port), "--projections", mode],
+        env=settings_env(settings), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(srv.url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert ("projection_process" in _health(srv.url)) == (mode == "process")
+        for n in range(4):
+            httpx.post(srv.url + "/v1/hooks/claude-code", content=_prompt(n), timeout=30)
+        sessions = httpx.get(srv.url + "/v1/sessions", timeout=30).json()["sessions"]
+        assert [s["prompt_count"] for s in sessions] == [4]
+    finally:
+        srv.stop()
