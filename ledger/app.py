@@ -45,6 +45,8 @@ class RecordResult:
     sessions_created: int = 0
     positions: list[int] = field(default_factory=list)
     sessions: list[UUID] = field(default_factory=list)
+    appended_keys: list[tuple[int, str, UUID]] = field(default_factory=list)
+    """(position, idempotency key, stream id) of each appended event, in log order."""
 
     def add(self, other: RecordResult) -> None:
         self.appended += other.appended
@@ -52,6 +54,7 @@ class RecordResult:
         self.rejected += other.rejected
         self.sessions_created += other.sessions_created
         self.positions.extend(other.positions)
+        self.appended_keys.extend(other.appended_keys)
         self.sessions.extend(s for s in other.sessions if s not in self.sessions)
 
 
@@ -168,7 +171,9 @@ class Ledger(Application[UUID]):
             return
         for r in self.save(*aggregates):
             result.positions.append(r.notification.id)
-            saved.add(r.domain_event.event_key)
+            key = r.domain_event.event_key
+            result.appended_keys.append((r.notification.id, key, r.domain_event.originator_id))
+            saved.add(key)
             result.sessions_created += isinstance(r.domain_event, Session.Opened)
 
     def update(self, session_id: UUID, command: Callable[[Session], T]) -> tuple[T, list[int]]:

@@ -22,8 +22,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from eventsourcing.persistence import Notification
-
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected
 
@@ -126,8 +124,8 @@ class GroupWriter:
             sub.future.set_exception(e)
 
     def _split(self, group: list[_Submission], result: RecordResult) -> list[RecordResult]:
-        """Each submission's share of one grouped result, by the event keys read back
-        from the log (positions are the notification ids the call appended)."""
+        """Each submission's share of one grouped result, by the idempotency keys of the
+        appended events (``RecordResult.appended_keys``)."""
         shares = [RecordResult() for _ in group]
         owner_of_key: dict[str, int] = {}
         owner_of_stream: dict[UUID, int] = {}
@@ -142,20 +140,13 @@ class GroupWriter:
                         shares[n].sessions.append(sid)
                 else:
                     shares[n].rejected += 1
-        if result.positions:
-            wanted = set(result.positions)
-            lo, hi = min(wanted), max(wanted)
-            notes = self.ledger.recorder.select_notifications(lo, hi - lo + 1, stop=hi)
-            for note in notes:
-                if note.id not in wanted:
-                    continue
-                key = self._event_key(note)
-                n = owner_of_key.get(key) if key is not None else None
-                if n is None:
-                    n = owner_of_stream.get(note.originator_id, 0)
-                shares[n].positions.append(note.id)
-                if key is not None:
-                    owned_keys[n].add(key)
+        for position, key, stream in result.appended_keys:
+            n = owner_of_key.get(key)
+            if n is None:
+                n = owner_of_stream.get(stream, 0)
+            shares[n].positions.append(position)
+            shares[n].appended_keys.append((position, key, stream))
+            owned_keys[n].add(key)
         for n, sub in enumerate(group):
             share = shares[n]
             share.appended = len(share.positions)
@@ -164,18 +155,3 @@ class GroupWriter:
                 1 for i in sub.items if isinstance(i, Observation) and i.key not in keys
             )
         return shares
-
-    def _event_key(self, note: Notification) -> str | None:
-        """The stored event's idempotency key: the JSON head of the stored state (a NUL
-        byte may separate a raw-record tail, which JSON text never contains), or the full
-        mapper when the store compresses or encrypts."""
-        mapper = self.ledger.mapper
-        try:
-            if mapper.cipher is None and mapper.compressor is None:
-                value = mapper.transcoder.decode(note.state.partition(b"\x00")[0])
-                key = value.get("event_key") if isinstance(value, dict) else None
-            else:
-                key = getattr(mapper.to_domain_event(note), "event_key", None)
-        except Exception:
-            return None
-        return key if isinstance(key, str) else None
