@@ -85,6 +85,8 @@ class Broadcaster:
         self._task: asyncio.Task[None] | None = None
         self._running = False
         self._known: Identities = {}
+        self._saved_up_to = 0
+        """Highest position this process saved while nobody was subscribed."""
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -113,6 +115,7 @@ class Broadcaster:
         sub.queue.put_nowait(RESYNC)
         sub.resyncing = True
         self.subscribers.add(sub)
+        self._wake.set()  # saves made while nobody listened did not wake the pump
         return sub
 
     def rejoin(self, sub: Subscriber) -> int:
@@ -128,6 +131,9 @@ class Broadcaster:
         """Ledger listener; runs in the saving thread, must never raise into it."""
         loop = self._loop
         if not self._running or loop is None or position <= self.head:
+            return
+        if not self.subscribers:  # nobody to send to: no wake-up, no log read
+            self._saved_up_to = max(self._saved_up_to, position)
             return
         with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
             loop.call_soon_threadsafe(self._wake.set)
@@ -146,6 +152,13 @@ class Broadcaster:
                 await asyncio.sleep(self.poll_s)
 
     async def _pump(self) -> None:
+        if not self.subscribers:
+            # Nobody listens: skip what was saved meanwhile without building sections.
+            # A client that subscribes later reads the log up to ``head`` itself, and
+            # subscribing happens on this loop, so it can never fall between the check
+            # and the assignment.
+            self.head = max(self.head, self._saved_up_to)
+            return
         while self._running:
             after = self.head
             found = await anyio.to_thread.run_sync(read_appended, self.services, after, self._known)

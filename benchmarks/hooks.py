@@ -278,27 +278,66 @@ def journal_ingest(tmp: Path, n: int) -> dict[str, float]:
 
 
 async def _post_in_process(  # type: ignore[no-untyped-def]
-    app, bodies: list[bytes], senders: int, path: str = "/v1/hooks/claude-code"
+    app, bodies: list[bytes], senders: int, path: str = "/v1/hooks/claude-code",
+    client: str = "httpx",
 ) -> float:
+    """Seconds for ``senders`` concurrent tasks to POST every body, each waiting for its
+    202. ``client``: ``httpx`` (``httpx.ASGITransport``) or ``asgi`` (:func:`_asgi_post`,
+    the ASGI protocol called directly: no client-side HTTP model)."""
     transport = httpx.ASGITransport(app=app)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://app") as client,
+        httpx.AsyncClient(transport=transport, base_url="http://app") as http,
     ):
         queue = list(reversed(bodies))
 
+        async def post(body: bytes) -> tuple[int, bytes]:
+            if client == "asgi":
+                return await _asgi_post(app, path, body, uuid7())
+            r = await http.post(path, content=body, headers={"X-Hookledger-Capture-Key": uuid7()})
+            return r.status_code, r.content
+
         async def sender() -> None:
             while queue:
-                body = queue.pop()
-                r = await client.post(
-                    path, content=body, headers={"X-Hookledger-Capture-Key": uuid7()}
-                )
-                if r.status_code != 202:
-                    raise RuntimeError(r.text)
+                status, answer = await post(queue.pop())
+                if status != 202:
+                    raise RuntimeError(answer)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(senders)))
         return time.perf_counter() - t0
+
+
+async def _asgi_post(app, path: str, body: bytes, key: str) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
+    """One ``POST path`` as an ASGI ``http`` call (ASGI 3.0 spec); (status, body)."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 50000), "server": ("app", 80),
+        "headers": [
+            (b"host", b"app"), (b"content-length", str(len(body)).encode()),
+            (b"x-hookledger-capture-key", key.encode()),
+        ],
+    }
+    request = {"type": "http.request", "body": body, "more_body": False}
+    answer: dict[str, object] = {"status": 0, "body": b""}
+
+    async def receive() -> dict[str, object]:
+        nonlocal request
+        if request is not None:
+            message, request = request, None
+            return message
+        await asyncio.Future()  # no disconnect: the client waits for the answer
+        raise AssertionError
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.start":
+            answer["status"] = message["status"]
+        elif message["type"] == "http.response.body":
+            answer["body"] += message.get("body", b"")  # type: ignore[operator]
+
+    await app(scope, receive, send)
+    return answer["status"], answer["body"]  # type: ignore[return-value]
 
 
 def floor_app():  # type: ignore[no-untyped-def]
@@ -318,19 +357,21 @@ def floor_app():  # type: ignore[no-untyped-def]
 
 def post_ingest(tmp: Path, n: int, senders: int, batch: int, process: bool) -> dict[str, float]:
     bodies = list(tool_bodies(n))
-    out = {"post_floor_in_process_per_s": n / asyncio.run(
-        _post_in_process(floor_app(), bodies, senders)
-    )}
-    services = build(Settings(tmp / "post-in-process"), cache_size=256)
-    try:
-        app = create_app(services, projection_process=process)
-        dt = asyncio.run(_post_in_process(app, bodies, senders))
-        keys = count_tool_keys(services)
-    finally:
-        services.close()
-    if keys != n:
-        raise RuntimeError(f"POST lost events: {keys} for {n}")
-    out["post_in_process_per_s"] = n / dt
+    out: dict[str, float] = {}
+    for client, suffix in (("httpx", ""), ("asgi", "_asgi")):
+        out[f"post_floor_in_process{suffix}_per_s"] = n / asyncio.run(
+            _post_in_process(floor_app(), bodies, senders, client=client)
+        )
+        services = build(Settings(tmp / f"post-in-process{suffix}"), cache_size=256)
+        try:
+            app = create_app(services, projection_process=process)
+            dt = asyncio.run(_post_in_process(app, bodies, senders, client=client))
+            keys = count_tool_keys(services)
+        finally:
+            services.close()
+        if keys != n:
+            raise RuntimeError(f"POST lost events: {keys} for {n}")
+        out[f"post_in_process{suffix}_per_s"] = n / dt
 
     # POST /v1/journal: ``batch`` payloads per request, framed as the spool journal
     # (what a remote hook forwards); events/s = distinct tool-call events in the log.

@@ -349,3 +349,45 @@ def test_project_filter_while_projections_lag(settings: Settings) -> None:
         assert asyncio.run(main()) == [2]
     finally:
         services.close()
+
+
+def test_client_joining_after_unheard_saves_gets_every_position(settings: Settings) -> None:
+    """Saves made while nobody is subscribed are not read by the broadcaster (its head
+    just moves on); a client that joins afterwards reads them from the log, then gets
+    the later saves live: every position once, in order."""
+    payloads, _ = _ordered_payloads()
+    services = build(settings)
+
+    def save(n: int) -> None:
+        body = json.dumps(payloads[n]).encode()
+        ingest_hook(services.ledger, "claude-code", body, f"u-{n}", datetime.now(UTC))
+
+    async def main() -> tuple[list[int], int]:
+        broadcaster = Broadcaster(services, poll_s=0.05)
+        await broadcaster.start()
+        for n in range(10):
+            await anyio.to_thread.run_sync(save, n)
+        head = services.ledger.max_position()
+        with anyio.fail_after(10):
+            while broadcaster.head < head:  # moved on without a subscriber
+                await asyncio.sleep(0.01)
+        known = len(broadcaster._known)  # sessions identified: none, nothing was read
+        stream = messages(services, broadcaster, 0, Filter(kinds=frozenset({"event.appended"})))
+        await stream.__anext__()  # subscribes; the retry hint
+        got: list[int] = []
+        for n in range(10, 20):
+            await anyio.to_thread.run_sync(save, n)
+        head = services.ledger.max_position()
+        while not got or got[-1] < head:
+            got.extend(frame_ids(await asyncio.wait_for(stream.__anext__(), 30)))
+        await stream.aclose()
+        await broadcaster.stop()
+        return got, known
+
+    try:
+        got, known = asyncio.run(main())
+        log = [n.id for n in services.ledger.recorder.select_notifications(start=0, limit=10**7)]
+    finally:
+        services.close()
+    assert got == log
+    assert known == 0
