@@ -21,7 +21,7 @@ from typing import Final
 import anyio
 
 from api.bootstrap import Services
-from api.sections import Identities, Section, derived_section, read_appended
+from api.sections import DERIVED_KINDS, Identities, Section, derived_section, read_appended
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ class Broadcaster:
         self._running = False
         self._known: Identities = {}
         self._saved_up_to = 0
+        self.derived_built = 0
+        """Derived sections built (only while a subscriber wants a derived kind)."""
         """Highest position this process saved while nobody was subscribed."""
 
     async def start(self) -> None:
@@ -166,8 +168,17 @@ class Broadcaster:
                 return
             appended, events = found
             self._publish(appended)
+            if not self._derived_wanted():
+                continue  # a client that later wants them reads them from the log
             derived = await anyio.to_thread.run_sync(derived_section, self.services, after, events)
+            self.derived_built += 1
             self._publish(derived)
+
+    def _derived_wanted(self) -> bool:
+        """Whether any subscriber takes a derived kind (``session.updated``, ...)."""
+        return any(
+            s.kinds is None or not s.kinds.isdisjoint(DERIVED_KINDS) for s in self.subscribers
+        )
 
     def _publish(self, section: Section) -> None:
         self.head = max(self.head, section.last)

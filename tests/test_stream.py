@@ -391,3 +391,58 @@ def test_client_joining_after_unheard_saves_gets_every_position(settings: Settin
         services.close()
     assert got == log
     assert known == 0
+
+
+def test_derived_messages_only_built_for_clients_that_take_them(settings: Settings) -> None:
+    """While the only client takes ``event.appended``, no derived section is built; a
+    client of every kind that joins afterwards still gets the ``session.updated`` of
+    those saves (from the log), then live ones."""
+    payloads, _ = _ordered_payloads()
+    services = build(settings)
+
+    def save(n: int) -> None:
+        body = json.dumps(payloads[n]).encode()
+        ingest_hook(services.ledger, "claude-code", body, f"d-{n}", datetime.now(UTC))
+
+    async def main() -> tuple[int, list[str], int]:
+        broadcaster = Broadcaster(services)
+        await broadcaster.start()
+        only = Filter(kinds=frozenset({"event.appended"}))
+        appended_only = messages(services, broadcaster, 0, only)
+        await appended_only.__anext__()
+        got: list[int] = []
+        for n in range(5):
+            await anyio.to_thread.run_sync(save, n)
+        head = services.ledger.max_position()
+        while not got or got[-1] < head:
+            got.extend(frame_ids(await asyncio.wait_for(appended_only.__anext__(), 30)))
+        built_before = broadcaster.derived_built
+        every = messages(services, broadcaster, 0, Filter())
+        await every.__anext__()
+        kinds: list[str] = []
+
+        async def read_until(position: int) -> None:
+            while "session.updated" not in kinds:  # the derived messages up to ``position``
+                frames = await asyncio.wait_for(every.__anext__(), 30)
+                for line in frames.decode().splitlines():
+                    if line.startswith("event: "):
+                        kinds.append(line[7:])
+                if max(frame_ids(frames)) < position:
+                    kinds.clear()
+
+        await read_until(head)  # from the log
+        await anyio.to_thread.run_sync(save, 5)
+        kinds.clear()
+        await read_until(services.ledger.max_position())  # live
+        await appended_only.aclose()
+        await every.aclose()
+        await broadcaster.stop()
+        return built_before, kinds, broadcaster.derived_built
+
+    try:
+        built_before, kinds, built_after = asyncio.run(main())
+    finally:
+        services.close()
+    assert built_before == 0
+    assert "session.updated" in kinds
+    assert built_after >= 1
