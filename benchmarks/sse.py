@@ -5,7 +5,8 @@
 For each client count: a fresh data dir and a real ``hookledger serve`` (uvicorn); a
 few separate client processes (``--client-procs``; a minimal asyncio reader by default,
 ``--client-impl httpx`` for httpx + httpx-sse, which costs ~100 µs CPU per message) open
-N ``/v1/stream`` connections between them (``kinds=event.appended``) and record, per
+N ``/v1/stream`` connections between them (``kinds=event.appended``; ``--kinds all``: every
+kind, as the viewer asks, so the server also builds the derived messages) and record, per
 connection, when each position was parsed (``time.monotonic_ns``, one clock for all
 processes on Linux). This process then POSTs real Claude Code hook payloads one at a
 time (``--interval`` apart), each appending one event, and records when each POST
@@ -74,10 +75,13 @@ def payloads(count: int) -> list[dict[str, Any]]:
 # -- the client process -------------------------------------------------------------
 
 
-async def clients_main(url: str, n: int, events: int, deadline_s: float) -> None:
+async def clients_main(url: str, n: int, events: int, deadline_s: float, kinds: str) -> None:
     """N connections; prints 'ready' when all are open, then one JSON line of
-    ``{position: [receive ns, ...]}`` when each got ``events`` messages or at the deadline."""
+    ``{position: [receive ns, ...]}`` when each got ``events`` ``event.appended``
+    messages or at the deadline. ``kinds``: the stream's ``kinds`` ("all": none given)."""
     from httpx_sse import aconnect_sse
+
+    query = {} if kinds == "all" else {"kinds": kinds}
 
     received: dict[int, list[int]] = {}
     opened = 0
@@ -87,14 +91,14 @@ async def clients_main(url: str, n: int, events: int, deadline_s: float) -> None
     async def one(client: httpx.AsyncClient) -> None:
         nonlocal opened
         async with aconnect_sse(
-            client, "GET", url + "/v1/stream", params={"kinds": "event.appended"}
+            client, "GET", url + "/v1/stream", params=query
         ) as es:
             opened += 1
             if opened == n:
                 all_open.set()
             got = 0
             async for sse in es.aiter_sse():
-                if not sse.data:
+                if not sse.data or sse.event != "event.appended":
                     continue
                 received.setdefault(int(sse.id), []).append(time.monotonic_ns())
                 got += 1
@@ -113,18 +117,19 @@ async def clients_main(url: str, n: int, events: int, deadline_s: float) -> None
     print(json.dumps({"cpu_s": time.process_time(), "received": received}), flush=True)
 
 
-_ID_LINE = re.compile(rb"(?:^|\n)id: (\d+)")
+_ID_LINE = re.compile(rb"(?:^|\n)id: (\d+)\r?\nevent: event\.appended")
 
 
-async def raw_clients_main(url: str, n: int, events: int, deadline_s: float) -> None:
+async def raw_clients_main(url: str, n: int, events: int, deadline_s: float, kinds: str) -> None:
     """Like :func:`clients_main`, with a minimal reader instead of httpx + httpx-sse: one
     asyncio stream per connection, a plain HTTP/1.1 GET, and the ``id:`` lines of the
     (chunked) SSE body found with one regex per read. It costs a few µs per message
     instead of ~100, so at 500 connections the clients no longer take the CPU the server
     needs and the latency measured is the server's. Same output."""
     host, port = url.removeprefix("http://").split(":")
+    query = "" if kinds == "all" else f"?kinds={kinds}"
     request = (
-        f"GET /v1/stream?kinds=event.appended HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"GET /v1/stream{query} HTTP/1.1\r\nHost: {host}:{port}\r\n"
         "Accept: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
     ).encode()
     received: dict[int, list[int]] = {}
@@ -191,6 +196,7 @@ def run(
     baseline: bool = False,
     client_procs: int = 1,
     client_impl: str = "raw",
+    kinds: str = "event.appended",
 ) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="hookledger-sse-bench-"))
     port = free_port()
@@ -240,6 +246,7 @@ def run(
                             str(share),
                             str(events),
                             str(events * interval + 60),
+                            kinds,
                         ],
                         cwd=ROOT,
                         stdout=subprocess.PIPE,
@@ -287,6 +294,7 @@ def run(
         after_start += [(t - start) / 1e6 for t in times]
     return {
         "clients": n,
+        "kinds": kinds,
         "events": len(published),
         "deliveries": len(after_commit),
         "missing": missing,
@@ -325,15 +333,16 @@ def backend(postgres_url: str | None) -> Iterator[dict[str, str]]:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        impl, url, n, events, deadline = (
+        impl, url, n, events, deadline, kinds = (
             sys.argv[2],
             sys.argv[3],
             int(sys.argv[4]),
             int(sys.argv[5]),
             float(sys.argv[6]),
+            sys.argv[7],
         )
         main_of = raw_clients_main if impl == "raw" else clients_main
-        asyncio.run(main_of(url, n, events, deadline))
+        asyncio.run(main_of(url, n, events, deadline, kinds))
         return
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -350,6 +359,12 @@ def main() -> None:
         default="raw",
         help="raw: minimal asyncio reader (default); httpx: httpx + httpx-sse per connection",
     )
+    ap.add_argument(
+        "--kinds",
+        choices=["event.appended", "all"],
+        default="event.appended",
+        help="what the clients subscribe to (all: as the viewer; latency of event.appended)",
+    )
     ap.add_argument("--postgres", default=None, help="PostgreSQL URL (default: SQLite)")
     ap.add_argument(
         "--baseline",
@@ -363,7 +378,7 @@ def main() -> None:
             with backend(None if baseline else args.postgres) as backend_env:
                 row = run(
                     n, args.events, args.interval, backend_env, baseline, args.client_procs,
-                    args.client_impl,
+                    args.client_impl, args.kinds,
                 )
             row["backend"] = (
                 "bare sse-starlette" if baseline else "postgres" if args.postgres else "sqlite"
@@ -378,13 +393,13 @@ def main() -> None:
     }
     (RESULTS / "sse.json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=2))
     print(
-        "| server | clients | events | deliveries | missing | p50 ms | p99 ms | max ms "
+        "| server | kinds | clients | events | deliveries | missing | p50 ms | p99 ms | max ms "
         "| p50 / p99 from POST start | CPU s server / clients | load 1m |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['backend']} | {r['clients']} | {r['events']} | {r['deliveries']} "
+            f"| {r['backend']} | {r['kinds']} | {r['clients']} | {r['events']} | {r['deliveries']} "
             f"| {r['missing']} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} "
             f"| {r['from_post_start_p50_ms']} / {r['from_post_start_p99_ms']} "
             f"| {r['server_cpu_s']} / {r['client_cpu_s']} | {r['load_avg_1m']:.1f} |"
