@@ -196,12 +196,16 @@ class Ledger(Application[UUID]):
         aggregates = [w.aggregate for w in work if w.aggregate.pending_events]
         if not aggregates:
             return
+        positions, appended_keys, opened = result.positions, result.appended_keys, Session.Opened
+        created = 0
         for r in self.save(*aggregates):
-            result.positions.append(r.notification.id)
-            key = r.domain_event.event_key
-            result.appended_keys.append((r.notification.id, key, r.domain_event.originator_id))
+            position, event = r.notification.id, r.domain_event
+            key = event.event_key
+            positions.append(position)
+            appended_keys.append((position, key, event.originator_id))
             saved.add(key)
-            result.sessions_created += isinstance(r.domain_event, Session.Opened)
+            created += isinstance(event, opened)
+        result.sessions_created += created
 
     def update(self, session_id: UUID, command: Callable[[Session], T]) -> tuple[T, list[int]]:
         """Load session ``session_id``, run ``command(session)`` (an aggregate command that
