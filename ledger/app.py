@@ -18,10 +18,12 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, Mapper, Recording
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.domain import BaseAggregate
+from eventsourcing.persistence import EventStore, IntegrityError, Mapper, Recording
 from eventsourcing.utils import retry
 
+from ledger.event_store import LedgerEventStore
 from ledger.mapper import OrjsonTranscoder, PydanticMapper
 from ledger.observation import Observation, Rejected
 from ledger.quarantine import Quarantine, quarantine_id
@@ -73,6 +75,31 @@ class Ledger(Application[UUID]):
 
     def construct_mapper(self) -> Mapper[UUID]:
         return PydanticMapper(transcoder=OrjsonTranscoder())
+
+    def construct_event_store(self) -> EventStore[UUID]:
+        return LedgerEventStore(mapper=self.mapper, recorder=self.recorder)
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[UUID]]:
+        """``Application.save`` of aggregates: the same steps (collect the pending events,
+        record them, snapshots, notify), without the two ``isinstance`` checks per object
+        against runtime-checkable Protocols (``DomainEventProtocol``,
+        ``CollectEventsProtocol``) that Python 3.11 answers by walking each protocol's
+        members (about 20 µs per aggregate on Python 3.11), and
+        without ``collect_events``' ``pop(0)`` per event. Anything but aggregates (events,
+        None, keyword arguments) goes through the library's ``save``."""
+        if kwargs or not all(isinstance(obj, BaseAggregate) for obj in objs):
+            return super().save(*objs, **kwargs)
+        processing_event: ProcessingEvent[UUID] = ProcessingEvent()
+        for aggregate in objs:
+            pending = aggregate.pending_events
+            processing_event.events.extend(pending)
+            pending.clear()
+            processing_event.aggregates[aggregate.id] = aggregate
+        recordings = self._record(processing_event)
+        self._take_snapshots(processing_event)
+        self._notify(recordings)
+        self.notify(processing_event.events)  # deprecated no-op, called as the library does
+        return recordings
 
     def add_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(max_position)`` after every save of this process."""
@@ -169,12 +196,16 @@ class Ledger(Application[UUID]):
         aggregates = [w.aggregate for w in work if w.aggregate.pending_events]
         if not aggregates:
             return
+        positions, appended_keys, opened = result.positions, result.appended_keys, Session.Opened
+        created = 0
         for r in self.save(*aggregates):
-            result.positions.append(r.notification.id)
-            key = r.domain_event.event_key
-            result.appended_keys.append((r.notification.id, key, r.domain_event.originator_id))
+            position, event = r.notification.id, r.domain_event
+            key = event.event_key
+            positions.append(position)
+            appended_keys.append((position, key, event.originator_id))
             saved.add(key)
-            result.sessions_created += isinstance(r.domain_event, Session.Opened)
+            created += isinstance(event, opened)
+        result.sessions_created += created
 
     def update(self, session_id: UUID, command: Callable[[Session], T]) -> tuple[T, list[int]]:
         """Load session ``session_id``, run ``command(session)`` (an aggregate command that

@@ -172,14 +172,16 @@ def stored_bytes(event: LedgerEvent) -> bytes:
     if version > 1:
         state["class_version"] = version
     raw = state.get("raw")
-    tail = b""
     if isinstance(raw, str):
         try:
-            tail = RAW_SEPARATOR + raw.encode("utf-8")
-            del state["raw"]
+            tail = raw.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates: keep it inside the JSON
-            tail = b""
-    return orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z) + tail
+            pass
+        else:
+            del state["raw"]
+            head = orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z)
+            return b"".join((head, RAW_SEPARATOR, tail))  # one copy of the raw bytes
+    return orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z)
 
 
 def seal(previous: str, event: LedgerEvent) -> LedgerEvent:

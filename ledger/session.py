@@ -487,29 +487,38 @@ class Session(BaseAggregate[UUID]):
         data: dict[str, Any],
         alias_keys: tuple[str, ...] = (),
     ) -> None:
+        """Append the stream's next event: validated as ``cls(**fields)`` would be (the
+        model's own validator, called without ``BaseModel.__init__``), sealed, then applied
+        as ``event.mutate(self)`` would, without its originator id and version checks,
+        which hold by construction here."""
         if raw is not None and not isinstance(raw, str):
             raw = raw.strip().decode("utf-8") if isinstance(raw, bytes) else orjson.dumps(raw).decode()
-        event = cls(
-            originator_id=self.id,
-            originator_version=self.version + 1,
-            timestamp=self._now,
-            event_key=key,
-            alias_keys=alias_keys,
-            agent=obs.session.agent,
-            source_format=obs.source_format,
-            source_version=obs.source_version,
-            occurred_at=obs.occurred_at,
-            raw=raw,
-            record_key=obs.record_key,
-            redactions=tuple(Redaction.model_validate(r) for r in obs.redactions)
-            if key == obs.key
-            else (),
-            status=status,
-            batch=batch,
-            **data,
+        version = self.version + 1
+        event = cls.__pydantic_validator__.validate_python(
+            dict(  # a key of ``data`` that repeats an envelope field raises TypeError
+                originator_id=self.id,
+                originator_version=version,
+                timestamp=self._now,
+                event_key=key,
+                alias_keys=alias_keys,
+                agent=obs.session.agent,
+                source_format=obs.source_format,
+                source_version=obs.source_version,
+                occurred_at=obs.occurred_at,
+                raw=raw,
+                record_key=obs.record_key,
+                redactions=tuple(Redaction.model_validate(r) for r in obs.redactions)
+                if obs.redactions and key == obs.key
+                else (),
+                status=status,
+                batch=batch,
+                **data,
+            )
         )
         event = seal(self.head_digest, event)
-        event.mutate(self)
+        event.apply(self)
+        self.version = version
+        self.modified_on = event.timestamp
         self.pending_events.append(event)
 
     def apply_event(self, event: LedgerEvent) -> None:

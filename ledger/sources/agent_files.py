@@ -39,7 +39,7 @@ def detect(path: Path, head: bytes) -> str | None:
         return None
     if path.suffix != ".jsonl":
         return None
-    records = [r for r in _objects(head.split(b"\n")[:20]) if isinstance(r, dict)]
+    records = [r for r in _objects(head.split(b"\n", 20)[:20]) if isinstance(r, dict)]
     if not records:
         return None
     first = records[0]

@@ -93,6 +93,7 @@ class TranscriptParser:
         self.prompt_counts: dict[tuple[str, str], int] = {}
         self.child_prompted: set[str] = set()
         self.current: SessionRef | None = None
+        self.refs: dict[tuple[str, str | None, str | None, str | None], SessionRef] = {}
         self.orphans: list[tuple[dict[str, Any], bytes, str, list[dict[str, Any]]]] = []
         self.linked_children: set[str] = set()
         self.seen_uuids: set[str] = set()
@@ -166,12 +167,14 @@ class TranscriptParser:
         agent_id = rec.get("agentId")
         if isinstance(agent_id, str) and agent_id:
             agent_type = self.agent_type or _agent_type(agent_id)
-            ref = SessionRef(AGENT, f"{sid}/agent-{agent_id}", sid, agent_type, cwd)
+            key = (f"{sid}/agent-{agent_id}", sid, agent_type, cwd)
         elif rec.get("isSidechain") is True and isinstance(uuid, str):
-            root = self._root(uuid)
-            ref = SessionRef(AGENT, f"{sid}/sidechain-{root}", sid, "sidechain", cwd)
+            key = (f"{sid}/sidechain-{self._root(uuid)}", sid, "sidechain", cwd)
         else:
-            ref = SessionRef(AGENT, sid, None, None, cwd)
+            key = (sid, None, None, cwd)
+        ref = self.refs.get(key)
+        if ref is None:  # one shared (frozen) reference per session and cwd
+            ref = self.refs[key] = SessionRef(AGENT, *key)
         if ref.parent_external_id is None or self.current is None:
             self.current = ref
         return ref

@@ -1,0 +1,68 @@
+"""The event store rows the write path produces, pinned byte for byte.
+
+Every bundled fixture is imported and every bundled hook payload ingested with the
+recording clock fixed, and the rows of the log (position, stream id, version, topic,
+state bytes) are hashed. The expected hash was taken from the write path before its
+per-event shortcuts (commit 126d082): if a change to the write path alters any stored
+byte (a field, its order, a timestamp's form, a digest), this test fails.
+
+A deliberate change of the stored form (or of the fixtures, or of a parser's facts)
+changes the hash too; then re-derive it with ``rows_digest`` and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import orjson
+import pytest
+
+from api.bootstrap import Services
+from ledger import app as ledger_app
+from ledger.ingest import ingest_hook
+from ledger.importer import import_paths
+
+from conftest import FIXTURES
+
+RECORDED_AT = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+HOOK_FILES = sorted(
+    p
+    for folder in ("coorp-serverless-plugins-hook-logs", "attio-mcp-server-hook-logs")
+    for p in (FIXTURES / folder).rglob("*.json")
+    if p.name != "chat.json"
+)
+EXPECTED_EVENTS = 7039
+EXPECTED_SHA256 = "c120821229b1b577b802dee2eb99051596d673f769d55ce99e41c916520c0a2c"
+
+
+class _FixedClock(datetime):
+    @classmethod
+    def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+        return RECORDED_AT
+
+
+def rows_digest(services: Services) -> tuple[int, str]:
+    """(row count, sha256 over every row of the log in position order)."""
+    h = hashlib.sha256()
+    count = 0
+    for n in services.ledger.recorder.select_notifications(start=1, limit=1_000_000):
+        oid = UUID(str(n.originator_id)).hex  # a UUID (PostgreSQL) or its hex (SQLite)
+        h.update(f"{n.id}\0{oid}\0{n.originator_version}\0{n.topic}\0{len(n.state)}\0".encode())
+        h.update(n.state)
+        count += 1
+    return count, h.hexdigest()
+
+
+def test_stored_rows_are_unchanged(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger_app, "datetime", _FixedClock)
+    monkeypatch.chdir(FIXTURES.parent)  # relative paths: rejected inputs name their file
+    for path in HOOK_FILES:
+        for i, payload in enumerate(orjson.loads(path.read_bytes())):
+            key = f"{path.relative_to(FIXTURES)}:{i}"
+            ingest_hook(services.ledger, "claude-code", orjson.dumps(payload), key, RECORDED_AT)
+    import_paths(services.ledger, [Path(FIXTURES.name)])
+    assert rows_digest(services) == (EXPECTED_EVENTS, EXPECTED_SHA256)
