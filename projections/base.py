@@ -35,12 +35,17 @@ class Companion(NamedTuple):
 
 
 class Projection:
-    """Base class: subclasses set ``name`` and implement :meth:`prefetch` and :meth:`apply`.
+    """Base class: subclasses set ``name`` (and ``kinds``) and implement :meth:`prefetch`
+    and :meth:`apply`.
 
     ``apply`` must be deterministic in (position, event) so a rebuild gives identical rows.
     """
 
     name: ClassVar[str]
+    kinds: ClassVar[tuple[type, ...] | None] = None
+    """The event classes (with their subclasses) :meth:`apply` acts on; None: every
+    event. The runner decodes and passes only these (``apply`` must ignore the others
+    anyway); the tracking position still advances past the rest."""
 
     def __init__(self, tables: dict[str, Table]) -> None:
         self.tables = tables
@@ -50,6 +55,18 @@ class Projection:
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
         raise NotImplementedError
+
+    def apply_all(self, rows: RowCache, batch: Batch) -> None:
+        """Apply a section's events in order (a projection may apply them in one loop
+        of its own)."""
+        apply = self.apply
+        for position, event in batch:
+            apply(rows, position, event)
+
+    @classmethod
+    def consumes(cls, event_class: type) -> bool:
+        """Whether events of ``event_class`` are among :attr:`kinds`."""
+        return cls.kinds is None or issubclass(event_class, cls.kinds)
 
     def flush(self, rows: RowCache) -> None:
         """Write the section's changes (in the runner's transaction)."""

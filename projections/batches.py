@@ -24,6 +24,7 @@ from projections.sessions import TOKENS, usage_cost
 
 class BatchesProjection(Projection):
     name = "batches"
+    kinds = (Session.Event,)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         keys = []

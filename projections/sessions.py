@@ -37,6 +37,7 @@ def usage_cost(e: Session.UsageRecorded) -> tuple[float | None, int]:
 
 class SessionsProjection(Projection):
     name = "sessions"
+    kinds = (Session.Event,)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         events = session_events(batch)

@@ -11,6 +11,7 @@ from projections.rows import RowCache
 
 class StatusHistoryProjection(Projection):
     name = "status_history"
+    kinds = (Session.Event,)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         rows.prefetch("status_heads", [(str(e.originator_id),) for _, e in session_events(batch)])
