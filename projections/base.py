@@ -57,8 +57,8 @@ class Projection:
         raise NotImplementedError
 
     def apply_all(self, rows: RowCache, batch: Batch) -> None:
-        """Apply a section's events in order (a projection may apply them in one loop
-        of its own)."""
+        """Apply a section's events in order; the runner passes only events of
+        :attr:`kinds` (a projection may apply them in one loop of its own)."""
         apply = self.apply
         for position, event in batch:
             apply(rows, position, event)

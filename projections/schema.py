@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
 
 TRACKING = "projection_tracking"
+_POSITION = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def tracking_table(metadata: MetaData) -> Table:
@@ -185,7 +186,9 @@ def _event_index(md: MetaData, sfx: str) -> list[Table]:
         Table(
             "event_index" + sfx,
             md,
-            Column("position", BigInteger, primary_key=True, autoincrement=False),
+            # SQLite: INTEGER PRIMARY KEY, the rowid itself (no second b-tree); tables
+            # created before this keep their BIGINT key (same column names, same rows)
+            Column("position", _POSITION, primary_key=True, autoincrement=False),
             Column("stream_id", String(36), nullable=False),
             Column("version", Integer, nullable=False),
             Column("kind", String(64), nullable=False),
