@@ -81,13 +81,30 @@ class Projection:
 
 def iso(dt: datetime | None) -> str | None:
     """UTC ISO-8601 with milliseconds and ``Z``; None stays None."""
-    return None if dt is None else _iso(dt)
+    if dt is None:
+        return None
+    found = _ISO_BY_ID.get(id(dt))
+    if found is not None and found[0] is dt:
+        return found[1]
+    text = _iso(dt)
+    if len(_ISO_BY_ID) >= _ISO_IDS:
+        _ISO_BY_ID.clear()
+    _ISO_BY_ID[id(dt)] = (dt, text)  # the entry keeps dt alive: its id is not reused
+    return text
+
+
+_ISO_IDS = 32768
+_ISO_BY_ID: dict[int, tuple[datetime, str]] = {}
+"""The same datetime object is formatted by several projections (one event's
+``timestamp`` by ``event_index``, ``sessions``, ``batches`` …): found by identity, which
+costs far less than hashing an aware datetime. Up to :data:`_ISO_IDS` (two per event of
+a few sections), then it starts again."""
 
 
 @functools.lru_cache(maxsize=8192)
 def _iso(dt: datetime) -> str:
-    # Cached: all events of one write share their recorded_at, and a rebuild formats
-    # every time again.
+    # Cached by value: all events of one write share their recorded_at, and a rebuild
+    # formats every time again.
     if dt.utcoffset():  # not UTC (a naive time is taken as UTC)
         dt = dt.astimezone(UTC)
     return dt.isoformat(timespec="milliseconds")[:23] + "Z"

@@ -51,11 +51,12 @@ class StreamId(UUID):
 
 
 class Section(NamedTuple):
-    """One read of the log: every position read (in order) and the decoded events
-    among them (those a projection consumes)."""
+    """One read of the log: every position read (in order), the decoded events among
+    them (those a projection consumes) and their classes."""
 
     positions: list[int]
     events: list[tuple[int, Any]]
+    classes: set[type]
 
     @property
     def last(self) -> int:
@@ -78,6 +79,7 @@ class LogReader:
         """Up to ``limit`` events after position ``after`` (up to ``stop``, inclusive)."""
         positions: list[int] = []
         events: list[tuple[int, Any]] = []
+        decoded: set[type] = set()
         classes, stream_ids = self._classes, self._stream_ids
         if len(stream_ids) > _STREAM_IDS:
             stream_ids.clear()
@@ -104,7 +106,8 @@ class LogReader:
             event.__dict__["originator_id"] = sid
             event.__dict__["originator_version"] = version
             events.append((position, event))
-        return Section(positions, events)
+            decoded.add(cls)
+        return Section(positions, events, decoded)
 
     def _class(self, topic: str) -> tuple[type, bool, bool]:
         cls = resolve_topic(topic)

@@ -277,16 +277,12 @@ def _apply_section(
             pos = positions[projection.name]
             if pos >= last:
                 continue
-            consumes: dict[type, bool] = {}
-            todo = []
-            for p, e in read.events:
-                if p > pos:
-                    cls = type(e)
-                    wanted = consumes.get(cls)
-                    if wanted is None:
-                        wanted = consumes[cls] = projection.consumes(cls)
-                    if wanted:
-                        todo.append((p, e))
+            todo = read.events
+            if todo and todo[0][0] <= pos:  # part of the section was applied already
+                todo = [(p, e) for p, e in todo if p > pos]
+            if projection.kinds is not None:
+                consumes = {cls: projection.consumes(cls) for cls in read.classes}
+                todo = [pe for pe in todo if consumes[type(pe[1])]]
             if todo:
                 rows = RowCache(conn, projection.tables)
                 projection.prefetch(rows, todo)
