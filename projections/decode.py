@@ -20,6 +20,7 @@ store, an event class with upcasters, JSON it rejects) goes through the mapper.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -103,8 +104,18 @@ class LogReader:
             if event is None:
                 event = self.mapper.decode(topic, state, sid, version, raw=False)
             # the row is the truth for the stream position (as the mapper has it)
-            event.__dict__["originator_id"] = sid
-            event.__dict__["originator_version"] = version
+            fields = event.__dict__
+            fields["originator_id"] = sid
+            fields["originator_version"] = version
+            # the same instants with the C ``timezone.utc``: pydantic gives every parsed
+            # time its own tzinfo object, which makes each utcoffset(), hash and compare
+            # of it (iso() formats them several times per event) several times dearer
+            ts = fields["timestamp"]
+            if ts.tzinfo is not None and ts.tzinfo is not UTC:
+                fields["timestamp"] = ts.astimezone(UTC)
+            ts = fields["occurred_at"]
+            if ts is not None and ts.tzinfo is not None and ts.tzinfo is not UTC:
+                fields["occurred_at"] = ts.astimezone(UTC)
             events.append((position, event))
             decoded.add(cls)
         return Section(positions, events, decoded)
