@@ -21,7 +21,6 @@ from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
 from projections.sessions import TOKENS, usage_cost
 
-
 _CASES = (
     Session.ToolCallStarted, Session.ToolCallCompleted, Session.CostReported,
     Session.AssistantReplied, Session.TurnEnded, Session.Ended, Session.RunEnded,
@@ -66,7 +65,8 @@ class BatchesProjection(Projection):
         held = rows.rows["prompt_batches"]
         dirty = rows.dirty["prompt_batches"]
         for position, event in batch:
-            lifecycle, summary, usage, prompt, has_case = _KIND.get(type(event)) or _kind(type(event))
+            kind = _KIND.get(type(event)) or _kind(type(event))
+            lifecycle, summary, usage, prompt, has_case = kind
             if lifecycle:
                 self._lifecycle(rows, position, event)
                 continue

@@ -40,7 +40,7 @@ class StreamId(UUID):
 
     __slots__ = ("_str",)
 
-    def __init__(self, hex: str) -> None:  # noqa: A002 - UUID's own argument name
+    def __init__(self, hex: str) -> None:
         super().__init__(hex)
         object.__setattr__(self, "_str", UUID.__str__(self))
 
@@ -123,11 +123,17 @@ class LogReader:
     def _class(self, topic: str) -> tuple[type, bool, bool]:
         cls = resolve_topic(topic)
         wanted = self.wanted is None or self.wanted(cls)
-        fast = self._plain and getattr(cls, "class_version", 1) == 1 and hasattr(cls, "model_validate_json")
+        fast = (
+            self._plain
+            and getattr(cls, "class_version", 1) == 1
+            and hasattr(cls, "model_validate_json")
+        )
         self._classes[topic] = found = (cls, wanted, fast)
         return found
 
-    def _rows(self, after: int, limit: int, stop: int | None) -> list[tuple[int, str, int, str, bytes]]:
+    def _rows(
+        self, after: int, limit: int, stop: int | None
+    ) -> list[tuple[int, str, int, str, bytes]]:
         """``(position, stream id text, version, topic, stored bytes)`` rows."""
         recorder = self.ledger.recorder
         if isinstance(recorder, SQLiteApplicationRecorder):

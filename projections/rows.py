@@ -86,7 +86,9 @@ class RowCache:
             keys.clear()
 
 
-def _select(conn: Connection, table: Table, keys: list[Key]) -> Iterable[tuple[Key, dict[str, Any]]]:
+def _select(
+    conn: Connection, table: Table, keys: list[Key]
+) -> Iterable[tuple[Key, dict[str, Any]]]:
     """(key, row) of the rows with these primary keys, through SQLAlchemy."""
     pk = list(table.primary_key.columns)
     cond = pk[0].in_([k[0] for k in keys]) if len(pk) == 1 else tuple_(*pk).in_(keys)
@@ -94,7 +96,9 @@ def _select(conn: Connection, table: Table, keys: list[Key]) -> Iterable[tuple[K
         yield tuple(row[c.name] for c in pk), dict(row)
 
 
-def _select_sqlite(conn: Connection, table: Table, keys: list[Key]) -> Iterable[tuple[Key, dict[str, Any]]]:
+def _select_sqlite(
+    conn: Connection, table: Table, keys: list[Key]
+) -> Iterable[tuple[Key, dict[str, Any]]]:
     """(key, row) of the rows with these primary keys: the table joined to the keys as
     a ``VALUES`` list (an index search per key), read through the driver."""
     sql, columns, pk_at, bools = _select_sql(_shape(table), len(keys))

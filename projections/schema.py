@@ -9,9 +9,9 @@ are ISO-8601 UTC strings (``2026-06-20T00:55:16.123Z``); tokens are counts;
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy.types import TypeEngine
 
 TRACKING = "projection_tracking"
-_POSITION = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def tracking_table(metadata: MetaData) -> Table:
@@ -181,6 +181,11 @@ def _status_history(md: MetaData, sfx: str) -> list[Table]:
     ]
 
 
+def _rowid_position() -> TypeEngine[int]:
+    """A log position key: BIGINT, and INTEGER on SQLite (so it is the rowid)."""
+    return BigInteger().with_variant(Integer(), "sqlite")
+
+
 def _event_index(md: MetaData, sfx: str) -> list[Table]:
     return [
         Table(
@@ -188,7 +193,7 @@ def _event_index(md: MetaData, sfx: str) -> list[Table]:
             md,
             # SQLite: INTEGER PRIMARY KEY, the rowid itself (no second b-tree); tables
             # created before this keep their BIGINT key (same column names, same rows)
-            Column("position", _POSITION, primary_key=True, autoincrement=False),
+            Column("position", _rowid_position(), primary_key=True, autoincrement=False),
             Column("stream_id", String(36), nullable=False),
             Column("version", Integer, nullable=False),
             Column("kind", String(64), nullable=False),

@@ -105,7 +105,8 @@ class SessionsProjection(Projection):
             else:
                 found = held.get(key) or rows.get("sessions", key)
                 if found is None:
-                    raise LookupError(f"session {sid}: event v{event.originator_version} before Opened")
+                    version = event.originator_version
+                    raise LookupError(f"session {sid}: event v{version} before Opened")
                 row = found
                 dirty.add(key)
             row["status"] = _STATUS[event.status]

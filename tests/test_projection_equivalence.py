@@ -55,10 +55,12 @@ def _dump(conn: Any, tables: dict[str, Table]) -> dict[str, list[tuple[Any, ...]
     out = {}
     for base, t in sorted(tables.items()):
         order = ", ".join(f'"{c.name}"' for c in t.primary_key.columns)
-        out[base] = [tuple(r) for r in conn.execute(text(f'SELECT * FROM "{t.name}" ORDER BY {order}'))]
+        query = text(f'SELECT * FROM "{t.name}" ORDER BY {order}')
+        out[base] = [tuple(r) for r in conn.execute(query)]
         if base == "search_documents" and conn.dialect.name == "sqlite":
             fts = fts_table(t.name)
-            out["search_fts"] = [tuple(r) for r in conn.execute(text(f'SELECT rowid, body FROM "{fts}" ORDER BY rowid'))]
+            query = text(f'SELECT rowid, body FROM "{fts}" ORDER BY rowid')
+            out["search_fts"] = [tuple(r) for r in conn.execute(query)]
     return out
 
 
