@@ -35,12 +35,17 @@ class Companion(NamedTuple):
 
 
 class Projection:
-    """Base class: subclasses set ``name`` and implement :meth:`prefetch` and :meth:`apply`.
+    """Base class: subclasses set ``name`` (and ``kinds``) and implement :meth:`prefetch`
+    and :meth:`apply`.
 
     ``apply`` must be deterministic in (position, event) so a rebuild gives identical rows.
     """
 
     name: ClassVar[str]
+    kinds: ClassVar[tuple[type, ...] | None] = None
+    """The event classes (with their subclasses) :meth:`apply` acts on; None: every
+    event. The runner decodes and passes only these (``apply`` must ignore the others
+    anyway); the tracking position still advances past the rest."""
 
     def __init__(self, tables: dict[str, Table]) -> None:
         self.tables = tables
@@ -50,6 +55,18 @@ class Projection:
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
         raise NotImplementedError
+
+    def apply_all(self, rows: RowCache, batch: Batch) -> None:
+        """Apply a section's events in order; the runner passes only events of
+        :attr:`kinds` (a projection may apply them in one loop of its own)."""
+        apply = self.apply
+        for position, event in batch:
+            apply(rows, position, event)
+
+    @classmethod
+    def consumes(cls, event_class: type) -> bool:
+        """Whether events of ``event_class`` are among :attr:`kinds`."""
+        return cls.kinds is None or issubclass(event_class, cls.kinds)
 
     def flush(self, rows: RowCache) -> None:
         """Write the section's changes (in the runner's transaction)."""
@@ -64,13 +81,30 @@ class Projection:
 
 def iso(dt: datetime | None) -> str | None:
     """UTC ISO-8601 with milliseconds and ``Z``; None stays None."""
-    return None if dt is None else _iso(dt)
+    if dt is None:
+        return None
+    found = _ISO_BY_ID.get(id(dt))
+    if found is not None and found[0] is dt:
+        return found[1]
+    text = _iso(dt)
+    if len(_ISO_BY_ID) >= _ISO_IDS:
+        _ISO_BY_ID.clear()
+    _ISO_BY_ID[id(dt)] = (dt, text)  # the entry keeps dt alive: its id is not reused
+    return text
+
+
+_ISO_IDS = 32768
+_ISO_BY_ID: dict[int, tuple[datetime, str]] = {}
+"""The same datetime object is formatted by several projections (one event's
+``timestamp`` by ``event_index``, ``sessions``, ``batches`` …): found by identity, which
+costs far less than hashing an aware datetime. Up to :data:`_ISO_IDS` (two per event of
+a few sections), then it starts again."""
 
 
 @functools.lru_cache(maxsize=8192)
 def _iso(dt: datetime) -> str:
-    # Cached: all events of one write share their recorded_at, and a rebuild formats
-    # every time again.
+    # Cached by value: all events of one write share their recorded_at, and a rebuild
+    # formats every time again.
     if dt.utcoffset():  # not UTC (a naive time is taken as UTC)
         dt = dt.astimezone(UTC)
     return dt.isoformat(timespec="milliseconds")[:23] + "Z"

@@ -21,9 +21,30 @@ from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
 from projections.sessions import TOKENS, usage_cost
 
+_CASES = (
+    Session.ToolCallStarted, Session.ToolCallCompleted, Session.CostReported,
+    Session.AssistantReplied, Session.TurnEnded, Session.Ended, Session.RunEnded,
+)
+"""The classes :meth:`BatchesProjection.apply_all` has a case for."""
+_KIND: dict[type, tuple[bool, bool, bool, bool, bool]] = {}
+
+
+def _kind(cls: type) -> tuple[bool, bool, bool, bool, bool]:
+    """What ``apply_all`` asks of an event class, once per class: (lifecycle decision,
+    summary, usage, prompt, has a case in the match)."""
+    _KIND[cls] = found = (
+        issubclass(cls, Session.BatchClosed | Session.ActivitiesAttached),
+        issubclass(cls, Session.Summarised),
+        issubclass(cls, Session.UsageRecorded),
+        issubclass(cls, Session.PromptSubmitted),
+        issubclass(cls, _CASES),
+    )
+    return found
+
 
 class BatchesProjection(Projection):
     name = "batches"
+    kinds = (Session.Event,)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         keys = []
@@ -37,56 +58,69 @@ class BatchesProjection(Projection):
         rows.prefetch("batch_usage", usage)
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
-        if isinstance(event, Session.BatchClosed | Session.ActivitiesAttached):
-            self._lifecycle(rows, position, event)
-            return
-        if not isinstance(event, Session.Event) or isinstance(event, Session.Summarised):
-            return  # a summary is about the batch, not part of it (projections/summaries.py)
-        sid = str(event.originator_id)
-        key = (sid, event.batch)
-        row = rows.get("prompt_batches", key) if event.batch >= 1 else None
-        if isinstance(event, Session.UsageRecorded):
-            self._usage(rows, sid, row, event)
-        if event.batch < 1:
-            return
-        at = event_time(event)
-        if row is None:
-            if not (
-                isinstance(event, Session.PromptSubmitted) and event.prompt_kind in ("human", "task")
-            ):
-                return
-            self._close(rows, (sid, event.batch - 1), at, "next_prompt")
-            row = _new_row(
-                sid, event.batch, position, prompt=event.text, prompt_kind=event.prompt_kind,
-                started_at=at,
-            )
-        row["last_position"] = position
-        match event:
-            case Session.ToolCallStarted():
-                row["tool_call_count"] += 1
-            case Session.ToolCallCompleted() if event.is_error:
-                row["tool_error_count"] += 1
-            case Session.CostReported():
-                row["agent_cost_usd"] = (row["agent_cost_usd"] or 0.0) + event.cost_usd
-            case Session.AssistantReplied() if event.text:
-                row["last_assistant_message"] = event.text
-            case Session.TurnEnded():
-                row["status"] = "completed"
-                row["ended_at"] = at
-                row["end_reason"] = event.reason
-                if event.last_assistant_message:
-                    row["last_assistant_message"] = event.last_assistant_message
-            case Session.Ended() if row["status"] == "open":
-                row["status"] = "completed"
-                row["ended_at"] = at
-                row["end_reason"] = "session_end"
-            case Session.RunEnded() if row["status"] == "open":
-                row["status"] = "completed"
-                row["ended_at"] = at
-                row["end_reason"] = f"run_{event.outcome}"
-            case _:
-                pass
-        rows.put("prompt_batches", key, row)
+        if isinstance(event, Session.Event):
+            self.apply_all(rows, [(position, event)])
+
+    def apply_all(self, rows: RowCache, batch: Batch) -> None:
+        held = rows.rows["prompt_batches"]
+        dirty = rows.dirty["prompt_batches"]
+        for position, event in batch:
+            kind = _KIND.get(type(event)) or _kind(type(event))
+            lifecycle, summary, usage, prompt, has_case = kind
+            if lifecycle:
+                self._lifecycle(rows, position, event)
+                continue
+            if summary:
+                continue  # a summary is about the batch, not part of it (projections/summaries.py)
+            sid = str(event.originator_id)
+            key = (sid, event.batch)
+            row = (held.get(key) or rows.get("prompt_batches", key)) if event.batch >= 1 else None
+            if usage:
+                self._usage(rows, sid, row, event)
+            if event.batch < 1:
+                continue
+            if row is None:
+                if not (
+                    prompt and event.prompt_kind in ("human", "task")
+                ):
+                    continue
+                at = event_time(event)
+                self._close(rows, (sid, event.batch - 1), at, "next_prompt")
+                row = _new_row(
+                    sid, event.batch, position, prompt=event.text, prompt_kind=event.prompt_kind,
+                    started_at=at,
+                )
+                rows.put("prompt_batches", key, row)
+            else:
+                dirty.add(key)
+            row["last_position"] = position
+            if not has_case:
+                continue
+            match event:
+                case Session.ToolCallStarted():
+                    row["tool_call_count"] += 1
+                case Session.ToolCallCompleted() if event.is_error:
+                    row["tool_error_count"] += 1
+                case Session.CostReported():
+                    row["agent_cost_usd"] = (row["agent_cost_usd"] or 0.0) + event.cost_usd
+                case Session.AssistantReplied() if event.text:
+                    row["last_assistant_message"] = event.text
+                case Session.TurnEnded():
+                    row["status"] = "completed"
+                    row["ended_at"] = event_time(event)
+                    row["end_reason"] = event.reason
+                    if event.last_assistant_message:
+                        row["last_assistant_message"] = event.last_assistant_message
+                case Session.Ended() if row["status"] == "open":
+                    row["status"] = "completed"
+                    row["ended_at"] = event_time(event)
+                    row["end_reason"] = "session_end"
+                case Session.RunEnded() if row["status"] == "open":
+                    row["status"] = "completed"
+                    row["ended_at"] = event_time(event)
+                    row["end_reason"] = f"run_{event.outcome}"
+                case _:
+                    pass
 
     def _usage(
         self, rows: RowCache, sid: str, row: dict[str, Any] | None, e: Session.UsageRecorded

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from projections.base import Projection, iso
+from projections.base import Batch, Projection, iso
 from projections.rows import RowCache
 
 
@@ -14,19 +14,20 @@ class EventIndexProjection(Projection):
     name = "event_index"
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
-        rows.put(
-            "event_index",
-            (position,),
-            {
-                "position": position,
-                "stream_id": str(event.originator_id),
-                "version": event.originator_version,
-                "kind": type(event).__name__,
-                "event_key": event.event_key,
-                "agent": event.agent,
-                "source_format": event.source_format,
-                "digest": event.digest,
-                "occurred_at": iso(event.occurred_at),
-                "recorded_at": iso(event.timestamp),
-            },
-        )
+        self.apply_all(rows, [(position, event)])
+
+    def apply_all(self, rows: RowCache, batch: Batch) -> None:
+        add = rows.added["event_index"].append  # one new row per position
+        for position, e in batch:
+            add((
+                position,
+                str(e.originator_id),
+                e.originator_version,
+                type(e).__name__,
+                e.event_key,
+                e.agent,
+                e.source_format,
+                e.digest,
+                iso(e.occurred_at),
+                iso(e.timestamp),
+            ))

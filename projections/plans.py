@@ -51,6 +51,7 @@ def _edit(content: str | None, old: Any, new: Any, replace_all: bool) -> str | N
 
 class PlansProjection(Projection):
     name = "plans"
+    kinds = (Session.ToolCallStarted, Session.ToolCallCompleted)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         plans, calls = [], []

@@ -1,8 +1,9 @@
 """Catch-up runner: applies the notification log to the read models, exactly once.
 
-For each section of the log (up to ``SECTION`` notifications, decoded once) every
-projection behind that position applies the events to its rows and advances its
-tracking row **in the same transaction**. The tracking update is conditional on the
+For each section of the log (up to ``SECTION`` notifications, read once; only the
+events some projection consumes are decoded, see :mod:`projections.decode`) every
+projection behind that position applies its events (its :attr:`Projection.kinds`) to
+its rows and advances its tracking row **in the same transaction**. The tracking update is conditional on the
 position it started from, so two runners (say the server and a CLI command) never
 apply a section twice: the loser's transaction rolls back and it reloads positions.
 A projection error stops the runner at the last committed position (never skips).
@@ -13,11 +14,11 @@ position 0 and swaps them in, in one transaction, once they are current.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Engine, MetaData, Table, insert, select, text, update
 
@@ -25,6 +26,7 @@ from ledger.app import Ledger
 from ledger.gcpause import gc_paused
 from projections.base import Companion, Projection
 from projections.batches import BatchesProjection
+from projections.decode import LogReader, Section
 from projections.event_index import EventIndexProjection
 from projections.plans import PlansProjection
 from projections.search import SearchProjection
@@ -111,6 +113,9 @@ class ProjectionRunner:
         chosen = list(names or PROJECTION_CLASSES)
         self.projections = [PROJECTION_CLASSES[n](models.tables[n]) for n in chosen]
         self._lock = threading.Lock()
+        self.read_ahead = True
+        """Read the next section in a second thread while one is applied (off: all the
+        work in the calling thread, e.g. to profile it)."""
         self.delegate: Callable[[int | None], int | None] | None = None
         """When set (e.g. by :class:`api.projection_process.ProjectionProcess`), a
         ``catch_up(stop)`` without ``max_sections`` calls ``delegate(stop)`` first: it
@@ -143,7 +148,7 @@ class ProjectionRunner:
         with self._lock, gc_paused():
             return _catch_up(
                 self.ledger, self.models, self.projections, self.models.tracking, stop,
-                max_sections, section,
+                max_sections, section, self.read_ahead,
             )
 
     # -- rebuilding -----------------------------------------------------------------
@@ -180,7 +185,8 @@ class ProjectionRunner:
             applied = 0
             while True:
                 applied += _catch_up(
-                    self.ledger, self.models, projections, tracking, None, None, SECTION
+                    self.ledger, self.models, projections, tracking, None, None, SECTION,
+                    self.read_ahead,
                 )
                 head = self.ledger.max_position()
                 with self.models.engine.begin() as conn:
@@ -213,16 +219,22 @@ def _catch_up(
     stop: int | None,
     max_sections: int | None,
     section: int,
+    read_ahead: bool = True,
 ) -> int:
-    """Apply sections of the log until the end (or ``stop``); returns events applied.
+    """Apply sections of the log until the end (or ``stop``); returns events applied
+    (log positions passed, summed over the projections).
 
-    While one section is applied, the next is read and decoded in a second thread: the
-    SQLite reads and writes run outside the GIL, so on two cores they overlap.
+    Only the events some projection consumes are decoded (:class:`LogReader`). While
+    one section is applied, the next is read and decoded in a second thread
+    (``read_ahead``): the SQLite reads and writes run outside the GIL, so on two cores
+    they overlap.
     """
     applied = 0
     sections = 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookledger-read") as reader:
-        ahead: tuple[int, Future[list[tuple[int, Any]]]] | None = None
+    classes = [type(p) for p in projections]
+    reader = LogReader(ledger, lambda cls: any(c.consumes(cls) for c in classes))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookledger-read") as pool:
+        ahead: tuple[int, Future[Section]] | None = None
         while max_sections is None or sections < max_sections:
             with models.engine.connect() as conn:
                 found = dict(conn.execute(select(tracking.c.name, tracking.c.position)).all())
@@ -231,17 +243,17 @@ def _catch_up(
             if stop is not None and start >= stop:
                 break
             if ahead is not None and ahead[0] == start:
-                events = ahead[1].result()
+                read = ahead[1].result()
             else:
-                events = ledger.read_log(start, section, stop, raw=False)
+                read = reader.read(start, section, stop)
             ahead = None
-            if not events:
+            if not read.positions:
                 break
-            last = events[-1][0]
-            if len(events) == section and (max_sections is None or sections + 1 < max_sections):
-                ahead = (last, reader.submit(ledger.read_log, last, section, stop, raw=False))
+            more = max_sections is None or sections + 1 < max_sections
+            if read_ahead and len(read.positions) == section and more:
+                ahead = (read.last, pool.submit(reader.read, read.last, section, stop))
             try:
-                applied += _apply_section(models, projections, tracking, events, positions, found)
+                applied += _apply_section(models, projections, tracking, read, positions, found)
             except TrackingConflict:
                 continue
             sections += 1
@@ -254,26 +266,31 @@ def _apply_section(
     models: ReadModels,
     projections: Sequence[Projection],
     tracking: Table,
-    events: list[tuple[int, Any]],
+    read: Section,
     positions: dict[str, int],
     found: dict[str, int],
 ) -> int:
     """Each projection's rows and tracking position for one section, in one transaction."""
     applied = 0
-    last = events[-1][0]
+    last = read.last
     with models.engine.begin() as conn:
         for projection in projections:
             pos = positions[projection.name]
-            todo = [(p, e) for p, e in events if p > pos]
-            if not todo:
+            if pos >= last:
                 continue
-            rows = RowCache(conn, projection.tables)
-            projection.prefetch(rows, todo)
-            for p, e in todo:
-                projection.apply(rows, p, e)
-            projection.flush(rows)
+            todo = read.events
+            if todo and todo[0][0] <= pos:  # part of the section was applied already
+                todo = [(p, e) for p, e in todo if p > pos]
+            if projection.kinds is not None:
+                consumes = {cls: projection.consumes(cls) for cls in read.classes}
+                todo = [pe for pe in todo if consumes[type(pe[1])]]
+            if todo:
+                rows = RowCache(conn, projection.tables)
+                projection.prefetch(rows, todo)
+                projection.apply_all(rows, todo)
+                projection.flush(rows)
             _advance(conn, tracking, projection.name, pos, last, projection.name in found)
-            applied += len(todo)
+            applied += len(read.positions) - bisect.bisect_right(read.positions, pos)
     return applied
 
 

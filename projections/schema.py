@@ -9,6 +9,7 @@ are ISO-8601 UTC strings (``2026-06-20T00:55:16.123Z``); tokens are counts;
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy.types import TypeEngine
 
 TRACKING = "projection_tracking"
 
@@ -180,12 +181,19 @@ def _status_history(md: MetaData, sfx: str) -> list[Table]:
     ]
 
 
+def _rowid_position() -> TypeEngine[int]:
+    """A log position key: BIGINT, and INTEGER on SQLite (so it is the rowid)."""
+    return BigInteger().with_variant(Integer(), "sqlite")
+
+
 def _event_index(md: MetaData, sfx: str) -> list[Table]:
     return [
         Table(
             "event_index" + sfx,
             md,
-            Column("position", BigInteger, primary_key=True, autoincrement=False),
+            # SQLite: INTEGER PRIMARY KEY, the rowid itself (no second b-tree); tables
+            # created before this keep their BIGINT key (same column names, same rows)
+            Column("position", _rowid_position(), primary_key=True, autoincrement=False),
             Column("stream_id", String(36), nullable=False),
             Column("version", Integer, nullable=False),
             Column("kind", String(64), nullable=False),

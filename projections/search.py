@@ -142,6 +142,7 @@ def _summary_body(e: Session.Summarised) -> str:
 
 class SearchProjection(Projection):
     name = "search"
+    kinds = (Session.PromptSubmitted, Session.ToolCallStarted, Session.Summarised)
 
     def __init__(self, tables: dict[str, Any]) -> None:
         super().__init__(tables)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.lifecycle import ENDED_STATES
+from ledger.lifecycle import ENDED_STATES, SessionStatus
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.pricing import cost_usd
@@ -35,8 +35,21 @@ def usage_cost(e: Session.UsageRecorded) -> tuple[float | None, int]:
     return cost, (0 if cost is not None else sum(getattr(e, t) for t in TOKENS))
 
 
+_STATUS = {status: status.value for status in SessionStatus}
+_CASES = (
+    Session.PromptSubmitted, Session.ToolCallStarted, Session.ToolCallCompleted,
+    Session.UsageRecorded, Session.CostReported, Session.Started, Session.Ended,
+    Session.RunEnded, Session.Reopened, Session.TimedOut, Session.CommandApplied,
+    Session.LinkedToParent,
+)
+"""The classes :meth:`SessionsProjection.apply_all` has a case for."""
+_HAS_CASE: dict[type, bool] = {}
+"""Event class -> whether it is one of :data:`_CASES` (the match is skipped when not)."""
+
+
 class SessionsProjection(Projection):
     name = "sessions"
+    kinds = (Session.Event,)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         events = session_events(batch)
@@ -51,80 +64,95 @@ class SessionsProjection(Projection):
         )
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
-        if not isinstance(event, Session.Event):
-            return
-        sid = str(event.originator_id)
-        # Session times follow the source's clock only (summaries and snapshots carry
-        # none); queries fall back to the ledger's clock for a session with no source time.
-        at = iso(event.occurred_at)
-        if isinstance(event, Session.Opened):
-            row: dict[str, Any] = {
-                "id": sid,
-                "agent": event.agent,
-                "external_id": event.external_id,
-                "parent_id": str(event.parent_id) if event.parent_id else None,
-                "parent_tool_use_id": None,
-                "agent_type": event.agent_type,
-                "cwd": event.cwd,
-                "model": None,
-                "prompt_count": 0,
-                "batch_count": 0,
-                "tool_call_count": 0,
-                "tool_error_count": 0,
-                **dict.fromkeys(TOKENS, 0),
-                "cost_usd": 0.0,
-                "unpriced_tokens": 0,
-                "agent_cost_usd": None,
-                "event_count": 0,
-                "started_at": at,
-                "last_activity_at": at,
-                "ended_at": None,
-                "first_recorded_at": iso(event.timestamp),
-            }
-        else:
-            found = rows.get("sessions", (sid,))
-            if found is None:
-                raise LookupError(f"session {sid}: event v{event.originator_version} before Opened")
-            row = found
-        row["status"] = event.status.value
-        row["event_count"] += 1
-        row["head_version"] = event.originator_version
-        row["head_digest"] = event.digest
-        row["head_position"] = position
-        row["last_recorded_at"] = iso(event.timestamp)
-        if at is not None:
-            if row["started_at"] is None or at < row["started_at"]:
-                row["started_at"] = at
-            if row["last_activity_at"] is None or at > row["last_activity_at"]:
-                row["last_activity_at"] = at
-        row["batch_count"] = max(row["batch_count"], event.batch)
-        match event:
-            case Session.PromptSubmitted() if event.prompt_kind in ("human", "task"):
-                row["prompt_count"] += 1
-            case Session.ToolCallStarted():
-                row["tool_call_count"] += 1
-            case Session.ToolCallCompleted() if event.is_error:
-                row["tool_error_count"] += 1
-            case Session.UsageRecorded():
-                self._usage(rows, row, position, event)
-            case Session.CostReported():
-                row["agent_cost_usd"] = (row["agent_cost_usd"] or 0.0) + event.cost_usd
-            case Session.Started() if event.model:
-                row["model"] = event.model
-            case Session.Ended() | Session.RunEnded():
-                row["ended_at"] = at or event_time(event)
-            case Session.Reopened():
-                row["ended_at"] = None
-            case Session.TimedOut():  # lifecycle: ended at its last activity
-                row["ended_at"] = iso(event.measured_from) or event_time(event)
-            case Session.CommandApplied() if event.to_status in ENDED_STATES:
-                row["ended_at"] = row["ended_at"] or event_time(event)
-            case Session.LinkedToParent():
-                row["parent_id"] = row["parent_id"] or str(event.parent_id)
-                row["parent_tool_use_id"] = event.parent_tool_use_id
-            case _:
-                pass
-        rows.put("sessions", (sid,), row)
+        if isinstance(event, Session.Event):
+            self.apply_all(rows, [(position, event)])
+
+    def apply_all(self, rows: RowCache, batch: Batch) -> None:
+        held = rows.rows["sessions"]
+        dirty = rows.dirty["sessions"]
+        for position, event in batch:
+            sid = str(event.originator_id)
+            key = (sid,)
+            # Session times follow the source's clock only (summaries and snapshots carry
+            # none); queries fall back to the ledger's clock for a session with no source
+            # time.
+            at = iso(event.occurred_at)
+            if isinstance(event, Session.Opened):
+                row: dict[str, Any] = {
+                    "id": sid,
+                    "agent": event.agent,
+                    "external_id": event.external_id,
+                    "parent_id": str(event.parent_id) if event.parent_id else None,
+                    "parent_tool_use_id": None,
+                    "agent_type": event.agent_type,
+                    "cwd": event.cwd,
+                    "model": None,
+                    "prompt_count": 0,
+                    "batch_count": 0,
+                    "tool_call_count": 0,
+                    "tool_error_count": 0,
+                    **dict.fromkeys(TOKENS, 0),
+                    "cost_usd": 0.0,
+                    "unpriced_tokens": 0,
+                    "agent_cost_usd": None,
+                    "event_count": 0,
+                    "started_at": at,
+                    "last_activity_at": at,
+                    "ended_at": None,
+                    "first_recorded_at": iso(event.timestamp),
+                }
+                rows.put("sessions", key, row)
+            else:
+                found = held.get(key) or rows.get("sessions", key)
+                if found is None:
+                    version = event.originator_version
+                    raise LookupError(f"session {sid}: event v{version} before Opened")
+                row = found
+                dirty.add(key)
+            row["status"] = _STATUS[event.status]
+            row["event_count"] += 1
+            row["head_version"] = event.originator_version
+            row["head_digest"] = event.digest
+            row["head_position"] = position
+            row["last_recorded_at"] = iso(event.timestamp)
+            if at is not None:
+                if row["started_at"] is None or at < row["started_at"]:
+                    row["started_at"] = at
+                if row["last_activity_at"] is None or at > row["last_activity_at"]:
+                    row["last_activity_at"] = at
+            if event.batch > row["batch_count"]:
+                row["batch_count"] = event.batch
+            has_case = _HAS_CASE.get(type(event))
+            if has_case is None:
+                has_case = _HAS_CASE[type(event)] = issubclass(type(event), _CASES)
+            if not has_case:
+                continue
+            match event:
+                case Session.PromptSubmitted() if event.prompt_kind in ("human", "task"):
+                    row["prompt_count"] += 1
+                case Session.ToolCallStarted():
+                    row["tool_call_count"] += 1
+                case Session.ToolCallCompleted() if event.is_error:
+                    row["tool_error_count"] += 1
+                case Session.UsageRecorded():
+                    self._usage(rows, row, position, event)
+                case Session.CostReported():
+                    row["agent_cost_usd"] = (row["agent_cost_usd"] or 0.0) + event.cost_usd
+                case Session.Started() if event.model:
+                    row["model"] = event.model
+                case Session.Ended() | Session.RunEnded():
+                    row["ended_at"] = at or event_time(event)
+                case Session.Reopened():
+                    row["ended_at"] = None
+                case Session.TimedOut():  # lifecycle: ended at its last activity
+                    row["ended_at"] = iso(event.measured_from) or event_time(event)
+                case Session.CommandApplied() if event.to_status in ENDED_STATES:
+                    row["ended_at"] = row["ended_at"] or event_time(event)
+                case Session.LinkedToParent():
+                    row["parent_id"] = row["parent_id"] or str(event.parent_id)
+                    row["parent_tool_use_id"] = event.parent_tool_use_id
+                case _:
+                    pass
 
     def _usage(self, rows: RowCache, row: dict[str, Any], position: int, e: Session.UsageRecorded) -> None:
         key = (row["id"], e.message_id)

@@ -31,6 +31,7 @@ def _json(value: Any) -> str:
 
 class SummariesProjection(Projection):
     name = "summaries"
+    kinds = (Session.Summarised,)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         rows.prefetch(

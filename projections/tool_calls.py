@@ -27,6 +27,7 @@ def _json(value: Any) -> str | None:
 
 class ToolCallsProjection(Projection):
     name = "tool_calls"
+    kinds = (Session.ToolCallStarted, Session.ToolCallCompleted, Session.ActivitiesAttached)
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         rows.prefetch(

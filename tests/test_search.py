@@ -26,6 +26,7 @@ from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from projections.context import project_digest
+from projections.decode import LogReader
 from projections.runner import TrackingConflict, _apply_section
 from projections.search_query import SearchQueryError, search_models
 
@@ -244,14 +245,15 @@ def test_a_section_applied_twice_is_a_tracking_conflict_not_an_index_error(
     """Two runners racing over the same section: the loser's transaction fails on its
     tracking position (and is retried by ``catch_up``), never on the index rows."""
     import_paths(services.ledger, [SPOTTER])
-    events = services.ledger.read_log(0, 500, None, raw=False)
     search = [p for p in services.runner.projections if p.name == "search"]
+    read = LogReader(services.ledger, type(search[0]).consumes).read(0, 500)
+    assert read.events  # prompts and tool calls to index
     models = services.models
-    assert _apply_section(models, search, models.tracking, events, {"search": 0}, {}) == len(events)
+    assert _apply_section(models, search, models.tracking, read, {"search": 0}, {}) == 500
     with pytest.raises(TrackingConflict):
-        _apply_section(models, search, models.tracking, events, {"search": 0}, {})
+        _apply_section(models, search, models.tracking, read, {"search": 0}, {})
     with pytest.raises(TrackingConflict):
-        _apply_section(models, search, models.tracking, events, {"search": 0}, {"search": 0})
+        _apply_section(models, search, models.tracking, read, {"search": 0}, {"search": 0})
     services.runner.catch_up()
     n_docs, n_index = _index_counts(services)
     assert n_docs == n_index and n_docs > 0

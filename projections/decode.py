@@ -1,0 +1,160 @@
+"""Reading the notification log for projections: one section of rows, decoded once,
+only the events some projection consumes.
+
+A rebuild reads every row of the log, so this path skips what a projection never
+looks at:
+
+* the rows are read whole (no per-row SQL to cut the state) and the raw source record
+  after the NUL byte (:data:`ledger.envelope.RAW_SEPARATOR`) is cut off in Python;
+* an event whose class no projection consumes (:attr:`Projection.kinds`) is not decoded
+  at all: its position is still part of the section, so tracking advances past it;
+* an event is validated by pydantic straight from its JSON bytes, and its stream id is
+  a :class:`StreamId` shared by the stream's events, whose ``str()`` (every
+  projection's row key) is computed once.
+
+Decoding gives the same event as :meth:`ledger.mapper.PydanticMapper.decode` with
+``raw=False``; anything the fast path does not handle (an encrypted or compressed
+store, an event class with upcasters, JSON it rejects) goes through the mapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.utils import resolve_topic
+
+from ledger.app import Ledger
+from ledger.envelope import RAW_SEPARATOR
+
+_STREAM_IDS = 100_000
+"""Stream ids kept per reader before its cache starts again."""
+
+
+class StreamId(UUID):
+    """A stream's UUID that computes its ``str()`` once (equal to, and hashed like, the
+    plain :class:`~uuid.UUID`)."""
+
+    __slots__ = ("_str",)
+
+    def __init__(self, hex: str) -> None:
+        super().__init__(hex)
+        object.__setattr__(self, "_str", UUID.__str__(self))
+
+    def __str__(self) -> str:
+        return self._str  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[type[StreamId], tuple[str]]:
+        return StreamId, (self._str,)
+
+
+class Section(NamedTuple):
+    """One read of the log: every position read (in order), the decoded events among
+    them (those a projection consumes) and their classes."""
+
+    positions: list[int]
+    events: list[tuple[int, Any]]
+    classes: set[type]
+
+    @property
+    def last(self) -> int:
+        return self.positions[-1]
+
+
+class LogReader:
+    """Reads sections of ``ledger``'s log; ``wanted(event class)`` says which events to
+    decode (None: all)."""
+
+    def __init__(self, ledger: Ledger, wanted: Callable[[type], bool] | None = None) -> None:
+        self.ledger = ledger
+        self.mapper = ledger.mapper
+        self.wanted = wanted
+        self._classes: dict[str, tuple[type, bool, bool]] = {}  # topic -> (cls, wanted, fast)
+        self._stream_ids: dict[str, StreamId] = {}
+        self._plain = self.mapper.cipher is None and self.mapper.compressor is None
+
+    def read(self, after: int, limit: int, stop: int | None = None) -> Section:
+        """Up to ``limit`` events after position ``after`` (up to ``stop``, inclusive)."""
+        positions: list[int] = []
+        events: list[tuple[int, Any]] = []
+        decoded: set[type] = set()
+        classes, stream_ids = self._classes, self._stream_ids
+        if len(stream_ids) > _STREAM_IDS:
+            stream_ids.clear()
+        for position, oid, version, topic, state in self._rows(after, limit, stop):
+            positions.append(position)
+            found = classes.get(topic)
+            if found is None:
+                found = self._class(topic)
+            cls, wanted, fast = found
+            if not wanted:
+                continue
+            sid = stream_ids.get(oid)
+            if sid is None:
+                sid = stream_ids[oid] = StreamId(oid)
+            event = None
+            if fast:
+                try:
+                    event = cls.model_validate_json(state.partition(RAW_SEPARATOR)[0])  # type: ignore[attr-defined]
+                except ValueError:
+                    event = None  # the mapper decides (and raises its own error)
+            if event is None:
+                event = self.mapper.decode(topic, state, sid, version, raw=False)
+            # the row is the truth for the stream position (as the mapper has it)
+            fields = event.__dict__
+            fields["originator_id"] = sid
+            fields["originator_version"] = version
+            # the same instants with the C ``timezone.utc``: pydantic gives every parsed
+            # time its own tzinfo object, which makes each utcoffset(), hash and compare
+            # of it (iso() formats them several times per event) several times dearer
+            ts = fields["timestamp"]
+            if ts.tzinfo is not None and ts.tzinfo is not UTC:
+                fields["timestamp"] = ts.astimezone(UTC)
+            ts = fields["occurred_at"]
+            if ts is not None and ts.tzinfo is not None and ts.tzinfo is not UTC:
+                fields["occurred_at"] = ts.astimezone(UTC)
+            events.append((position, event))
+            decoded.add(cls)
+        return Section(positions, events, decoded)
+
+    def _class(self, topic: str) -> tuple[type, bool, bool]:
+        cls = resolve_topic(topic)
+        wanted = self.wanted is None or self.wanted(cls)
+        fast = (
+            self._plain
+            and getattr(cls, "class_version", 1) == 1
+            and hasattr(cls, "model_validate_json")
+        )
+        self._classes[topic] = found = (cls, wanted, fast)
+        return found
+
+    def _rows(
+        self, after: int, limit: int, stop: int | None
+    ) -> list[tuple[int, str, int, str, bytes]]:
+        """``(position, stream id text, version, topic, stored bytes)`` rows."""
+        recorder = self.ledger.recorder
+        if isinstance(recorder, SQLiteApplicationRecorder):
+            sql = (
+                "SELECT rowid, originator_id, originator_version, topic, state "
+                f"FROM {recorder.events_table_name} WHERE rowid>? "
+            )
+            params: list[int] = [after]
+            if stop is not None:
+                sql += "AND rowid<=? "
+                params.append(stop)
+            sql += "ORDER BY rowid LIMIT ?"
+            params.append(limit)
+            with recorder.datastore.transaction(commit=False) as c:
+                cursor = c.sqlite_cursor
+                cursor.row_factory = None  # plain tuples, not sqlite3.Row
+                cursor.execute(sql, params)
+                return cursor.fetchall()  # type: ignore[no-any-return]
+        return [
+            (n.id, str(n.originator_id), n.originator_version, n.topic, n.state)
+            for n in recorder.select_notifications(
+                start=after, limit=limit, stop=stop, inclusive_of_start=False
+            )
+        ]
