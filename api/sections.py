@@ -19,7 +19,8 @@ The protocol is in ``docs/sse.md``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -72,11 +73,22 @@ class Section:
     last: int
     messages: tuple[Message, ...]
     derived: bool = False
+    _joined: dict[Callable[[Message], bool], bytes] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def kinds(self) -> frozenset[str]:
         """The message kinds in this section."""
         return frozenset(m.kind for m in self.messages)
+
+    def frames(self, accept: Callable[[Message], bool]) -> bytes:
+        """The encoded frames of the messages ``accept`` takes, joined; computed once
+        per (hashable) filter and shared by every client that uses an equal one."""
+        joined = self._joined.get(accept)
+        if joined is None:
+            joined = self._joined[accept] = b"".join(m.frame for m in self.messages if accept(m))
+        return joined
 
 
 Events = list[tuple[int, Any]]

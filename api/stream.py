@@ -91,15 +91,18 @@ async def messages(
             if item.derived:
                 if item.last <= derived:
                     continue
-                frames = [m.frame for m in item.messages if accept(m)]
+                joined = item.frames(accept)
                 derived = item.last
             else:
                 if item.last <= sent:
                     continue
-                frames = [m.frame for m in item.messages if m.id > sent and accept(m)]
+                if item.after >= sent:  # all of it is new: the frames shared by all clients
+                    joined = item.frames(accept)
+                else:
+                    joined = b"".join(m.frame for m in item.messages if m.id > sent and accept(m))
                 sent = item.last
-            if frames:
-                yield b"".join(frames)
+            if joined:
+                yield joined
     finally:
         broadcaster.unsubscribe(sub)
 
