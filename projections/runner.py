@@ -29,11 +29,12 @@ from projections.batches import BatchesProjection
 from projections.decode import LogReader, Section
 from projections.event_index import EventIndexProjection
 from projections.plans import PlansProjection
-from projections.search import SearchProjection
 from projections.rows import RowCache
 from projections.schema import build_tables, tracking_table
+from projections.search import SearchProjection
 from projections.sessions import SessionsProjection
 from projections.status_history import StatusHistoryProjection
+from projections.store import rebuild_lock
 from projections.summaries import SummariesProjection
 from projections.tool_calls import ToolCallsProjection
 from projections.upgrade import reset_outdated
@@ -172,7 +173,7 @@ class ProjectionRunner:
             projection.name = name + REBUILD_SUFFIX  # type: ignore[misc]
             projections.append(projection)
         shadow_names = [p.name for p in projections]
-        with self._lock, gc_paused():
+        with self._lock, rebuild_lock(self.models.engine), gc_paused():
             with self.models.engine.begin() as conn:
                 for name in names:
                     _drop_companions(conn, name, REBUILD_SUFFIX)

@@ -1,10 +1,13 @@
-"""SQLAlchemy engine for the read models (SQLite file or PostgreSQL)."""
+"""SQLAlchemy engine for the read models (SQLite file or PostgreSQL), and the lock that
+keeps two rebuilds of one read-model database from running at once."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 
 
 def make_engine(url: str, schema: str | None = None) -> Engine:
@@ -23,3 +26,38 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
         return engine
     connect_args = {"options": f"-csearch_path={schema}"} if schema else {}
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+
+
+@contextlib.contextmanager
+def rebuild_lock(engine: Engine) -> Iterator[None]:
+    """Hold the read-model database's rebuild lock (blocks until it is free), across
+    processes: two rebuilds share the ``*__rebuild`` table names, so a second one would
+    drop the first one's tables mid-way. SQLite: ``flock`` on ``<database>.rebuild.lock``
+    beside the file (nothing for an in-memory database; nothing where ``fcntl`` is
+    missing). PostgreSQL: a session advisory lock keyed by the current schema."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            schema = conn.execute(text("SELECT current_schema()")).scalar()
+            key = f"hookledger.rebuild:{schema}"
+            conn.execute(text("SELECT pg_advisory_lock(hashtext(:k))"), {"k": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(hashtext(:k))"), {"k": key})
+                conn.commit()
+        return
+    database = engine.url.database
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        fcntl = None  # type: ignore[assignment]
+    if fcntl is None or not database or database == ":memory:":
+        yield
+        return
+    with open(database + ".rebuild.lock", "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -194,3 +194,40 @@ def test_the_log_reader_decodes_like_the_mapper(services: Services) -> None:
     rejected = [(p, e) for p, e in expected if type(e) is Quarantine.InputRejected]
     assert rejected
     assert [(p, e.__dict__) for p, e in only.events] == [(p, e.__dict__) for p, e in rejected]
+
+
+def test_two_rebuilds_at_once_from_separate_connections_both_finish(
+    services: Services,
+) -> None:
+    """Two runners with their own engines (as two processes: ``serve`` and a CLI
+    command) rebuild the same projections at once; the database-wide rebuild lock makes
+    the second wait instead of dropping the first one's ``__rebuild`` tables mid-way.
+    Both finish and the read models are those of a single rebuild."""
+    import threading
+
+    from api.bootstrap import build
+
+    _grow_the_log(services)
+    expected = _live(services)
+    others = [build(services.settings) for _ in range(2)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def rebuild(other: Services) -> None:
+        try:
+            start.wait()
+            other.runner.rebuild("tool_calls", "sessions", "search")
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=rebuild, args=(o,)) for o in others]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for o in others:
+            o.close()
+    assert errors == []
+    _assert_same(expected, _live(services), "after two concurrent rebuilds")
