@@ -47,6 +47,11 @@ def build(settings: Settings, *, cache_size: int = 0) -> Services:
     env = settings.event_store_env()
     if cache_size:
         env["AGGREGATE_CACHE_MAXSIZE"] = str(cache_size)
+        # Cache what was saved and do not query for newer events on every cache hit:
+        # a write from another process makes the cached aggregate stale, and its next
+        # save here then clashes on the version, is evicted and recorded again
+        # (Ledger.record); Ledger.session reads past the cache.
+        env["AGGREGATE_CACHE_FASTFORWARD"] = "n"
     ledger = Ledger(env)
     models = ReadModels(make_engine(settings.views_url(), settings.database_schema))
     summariser = None

@@ -222,7 +222,7 @@ def serve(ctx: click.Context, host: str, port: int, projections_in: str) -> None
     if refusal:
         raise click.ClickException(refusal)
     settings = ctx.obj["settings"]
-    services = build(settings, cache_size=256)
+    services = build(settings, cache_size=1024)
     click.echo(f"hookledger serving {settings.data_dir} on http://{host}:{port}", err=True)
     try:
         app = create_app(services, token=token, projection_process=projections_in == "process")

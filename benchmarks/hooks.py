@@ -11,7 +11,7 @@
 3. Journal ingest: N distinct tool-call payloads (Pre/Post of the coorp fixture, ids
    suffixed per pass, spread over 16 sessions) framed by the hot path's own
    ``record_bytes`` into one journal; timed: ``JournalIngester.drain()`` through a
-   ``GroupWriter`` into a fresh SQLite store (aggregate cache 256, as ``serve``). Zero
+   ``GroupWriter`` into a fresh SQLite store (aggregate cache 1024, as ``serve``). Zero
    loss: the distinct tool-call event keys in the log equal N. Then the same journal is
    renamed into a running server's spool, timed until the server has trimmed it.
 4. POST ingest: the same kind of payloads sent by 8 concurrent senders (asyncio tasks)
@@ -229,7 +229,7 @@ def journal_ingest(tmp: Path, n: int) -> dict[str, float]:
     with open(spool / JOURNAL, "wb") as f:
         for body in tool_bodies(n):
             f.write(record_bytes("claude-code", body, uuid7(), "2026-06-20T00:00:00.000Z"))
-    services = build(Settings(data), cache_size=256)  # as `hookledger serve` builds them
+    services = build(Settings(data), cache_size=1024)  # as `hookledger serve` builds them
     writer = GroupWriter(services.ledger)
     writer.start()
     try:
@@ -362,7 +362,7 @@ def post_ingest(tmp: Path, n: int, senders: int, batch: int, process: bool) -> d
         out[f"post_floor_in_process{suffix}_per_s"] = n / asyncio.run(
             _post_in_process(floor_app(), bodies, senders, client=client)
         )
-        services = build(Settings(tmp / f"post-in-process{suffix}"), cache_size=256)
+        services = build(Settings(tmp / f"post-in-process{suffix}"), cache_size=1024)
         try:
             app = create_app(services, projection_process=process)
             dt = asyncio.run(_post_in_process(app, bodies, senders, client=client))
@@ -377,7 +377,7 @@ def post_ingest(tmp: Path, n: int, senders: int, batch: int, process: bool) -> d
     # (what a remote hook forwards); events/s = distinct tool-call events in the log.
     records = [record_bytes("claude-code", b, uuid7(), "2026-06-20T00:00:00.000Z") for b in bodies]
     pieces = [b"".join(records[i : i + batch]) for i in range(0, n, batch)]
-    services = build(Settings(tmp / "post-journal"), cache_size=256)
+    services = build(Settings(tmp / "post-journal"), cache_size=1024)
     try:
         app = create_app(services, projection_process=process)
         dt = asyncio.run(_post_in_process(app, pieces, senders, "/v1/journal"))

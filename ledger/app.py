@@ -236,7 +236,9 @@ class Ledger(Application[UUID]):
         return out[0]
 
     def session(self, session_id: UUID) -> Session | None:
-        """The current state of session ``session_id`` (None when there is none)."""
+        """The current state of session ``session_id`` (None when there is none), read
+        from the store: a cached aggregate may miss what another process appended."""
+        self._evict([session_id])
         return self._get(session_id, Session)  # type: ignore[no-any-return]
 
     def _get(self, aggregate_id: UUID, cls: type[Any], *, for_write: bool = False) -> Any:

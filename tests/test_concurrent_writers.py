@@ -78,3 +78,28 @@ def test_a_failed_command_leaves_nothing_in_the_aggregate_cache(settings: Settin
         assert services.ledger.session(sid).version == before + 1
     finally:
         services.close()
+
+
+def test_reading_a_session_sees_what_another_writer_appended(settings: Settings) -> None:
+    """The server's cache does not look for newer events on a hit; reading a session
+    (``Ledger.session``, as ``fork`` does) goes to the store, and the cached writer's
+    next save after the other writer's append lands at the right version."""
+    cached, plain = build(settings, cache_size=64), build(settings)
+    try:
+        body = json.dumps({**PROMPT, "prompt": "first"}).encode()
+        first = ingest_hook(cached.ledger, "claude-code", body, "c-1", datetime.now(UTC))
+        (sid,) = first.result.sessions
+        before = cached.ledger.session(sid)
+        body = json.dumps({**PROMPT, "prompt": "from elsewhere"}).encode()
+        ingest_hook(plain.ledger, "claude-code", body, "p-1", datetime.now(UTC))
+        after = cached.ledger.session(sid)
+        assert before is not None and after is not None
+        assert after.version == before.version + 1
+        body = json.dumps({**PROMPT, "prompt": "third"}).encode()
+        ingest_hook(cached.ledger, "claude-code", body, "c-2", datetime.now(UTC))
+        plain.runner.catch_up()
+        (session,) = queries.list_sessions(plain.models)
+        assert session["prompt_count"] == 3
+    finally:
+        cached.close()
+        plain.close()
