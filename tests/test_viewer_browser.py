@@ -133,6 +133,12 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
             )
             page.wait_for_timeout(1000)  # anything duplicated would arrive now
             seen = page.evaluate("window.hookledger")
+            # the server's own workers (summaries, jobs) may have appended since ``log``
+            # was read: compare with the log as it is now, up to the last position seen
+            log_now = [
+                e["position"]
+                for e in httpx.get(f"{srv.url}/v1/sessions/{sid}/events").json()["events"]
+            ]
             page.screenshot(path=f"{shot}-3-after-restart.png", full_page=True)
             shown_prompts = page.locator("#batches .batch .prompt").all_text_contents()
             xss = page.locator("#xss").count()
@@ -141,7 +147,8 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
     finally:
         srv.stop()
 
-    assert seen["positions"] == log
+    assert set(log) <= set(seen["positions"])  # caught up with the log read before
+    assert seen["positions"] == [p for p in log_now if p <= max(seen["positions"])]
     assert seen["duplicates"] == 0
     assert seen["connects"] >= 2  # it really reconnected
     assert len(detail["tool_calls"]) == len(tool_ids)
