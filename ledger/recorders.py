@@ -120,8 +120,10 @@ class PollingSQLiteApplicationRecorder(SQLiteApplicationRecorder):
         sql += "ORDER BY rowid LIMIT ?"
         params.append(limit)
         with self.datastore.transaction(commit=False) as c:
-            c.execute(sql, params)
-            return [tuple(row) for row in c.fetchall()]
+            cursor = c.sqlite_cursor
+            cursor.row_factory = None  # plain tuples, not sqlite3.Row
+            cursor.execute(sql, params)
+            return cursor.fetchall()  # type: ignore[no-any-return]
 
     def nudge(self) -> None:
         """Wake every subscription of this process now (called after each save)."""

@@ -24,7 +24,6 @@ from datetime import UTC
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import resolve_topic
 
 from ledger.app import Ledger
@@ -136,22 +135,9 @@ class LogReader:
     ) -> list[tuple[int, str, int, str, bytes]]:
         """``(position, stream id text, version, topic, stored bytes)`` rows."""
         recorder = self.ledger.recorder
-        if isinstance(recorder, SQLiteApplicationRecorder):
-            sql = (
-                "SELECT rowid, originator_id, originator_version, topic, state "
-                f"FROM {recorder.events_table_name} WHERE rowid>? "
-            )
-            params: list[int] = [after]
-            if stop is not None:
-                sql += "AND rowid<=? "
-                params.append(stop)
-            sql += "ORDER BY rowid LIMIT ?"
-            params.append(limit)
-            with recorder.datastore.transaction(commit=False) as c:
-                cursor = c.sqlite_cursor
-                cursor.row_factory = None  # plain tuples, not sqlite3.Row
-                cursor.execute(sql, params)
-                return cursor.fetchall()  # type: ignore[no-any-return]
+        select_rows = getattr(recorder, "select_rows", None)  # SQLite: ledger.recorders
+        if select_rows is not None:
+            return select_rows(after, limit, stop, raw=True)  # type: ignore[no-any-return]
         return [
             (n.id, str(n.originator_id), n.originator_version, n.topic, n.state)
             for n in recorder.select_notifications(
