@@ -86,9 +86,9 @@ class Broadcaster:
         self._running = False
         self._known: Identities = {}
         self._saved_up_to = 0
+        """Highest position this process saved while nobody was subscribed."""
         self.derived_built = 0
         """Derived sections built (only while a subscriber wants a derived kind)."""
-        """Highest position this process saved while nobody was subscribed."""
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()

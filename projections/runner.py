@@ -3,9 +3,10 @@
 For each section of the log (up to ``SECTION`` notifications, read once; only the
 events some projection consumes are decoded, see :mod:`projections.decode`) every
 projection behind that position applies its events (its :attr:`Projection.kinds`) to
-its rows and advances its tracking row **in the same transaction**. The tracking update is conditional on the
-position it started from, so two runners (say the server and a CLI command) never
-apply a section twice: the loser's transaction rolls back and it reloads positions.
+its rows and advances its tracking row **in the same transaction**. The tracking
+update is conditional on the position it started from, so two runners (say the server
+and a CLI command) never apply a section twice: the loser's transaction rolls back and
+it reloads positions.
 A projection error stops the runner at the last committed position (never skips).
 
 :meth:`ProjectionRunner.rebuild` fills fresh ``<table>__rebuild`` tables from
