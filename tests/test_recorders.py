@@ -7,16 +7,20 @@ against it, plus a subscription fed by a ``Ledger`` writing in the same process.
 from __future__ import annotations
 
 import json
+import sqlite3
 import tempfile
 from pathlib import Path
 
 from eventsourcing.sqlite import SQLiteDatastore
 from eventsourcing.tests import persistence
 
+from api.bootstrap import build
 from ledger.app import Ledger
 from ledger.config import Settings
 from ledger.ingest import ingest_hook
-from ledger.recorders import PollingSQLiteApplicationRecorder
+from ledger.recorders import PAGE_SIZE, PollingSQLiteApplicationRecorder
+from projections.queries import list_sessions
+from projections.store import SQLITE_PAGE_SIZE
 
 
 class TestPollingSQLiteApplicationRecorder(persistence.ApplicationRecorderTestCase):
@@ -69,3 +73,33 @@ def test_subscription_receives_what_a_ledger_appends_after_it_started(tmp_path: 
         assert b"prompt 2" in received[-1].state
     finally:
         ledger.close()
+
+
+def _page_size(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_new_stores_get_large_pages_and_existing_files_keep_theirs(tmp_path: Path) -> None:
+    fresh, old = tmp_path / "fresh", tmp_path / "old"
+    old.mkdir()
+    for name in ("events.db", "views.db"):  # files made by an earlier version: 4 KiB pages
+        conn = sqlite3.connect(old / name)
+        conn.execute("PRAGMA page_size=4096")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.close()
+    for data in (fresh, old):
+        services = build(Settings(data))
+        try:
+            result = ingest_hook(services.ledger, "claude-code", prompt(1), "cap-1").result
+            assert result.appended == 2  # Opened, PromptSubmitted
+            services.runner.catch_up()
+            assert [s["prompt_count"] for s in list_sessions(services.models)] == [1]
+        finally:
+            services.close()
+    assert _page_size(fresh / "events.db") == PAGE_SIZE == 65536
+    assert _page_size(fresh / "views.db") == SQLITE_PAGE_SIZE == 65536
+    assert _page_size(old / "events.db") == _page_size(old / "views.db") == 4096
