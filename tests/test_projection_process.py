@@ -13,6 +13,7 @@ import httpx
 import pytest
 from conftest import Server
 
+from api.projection_process import NICE
 from ledger.config import Settings
 
 
@@ -53,6 +54,9 @@ def test_projections_run_in_a_child_that_is_restarted_and_dies_with_the_server(
         sid = r.json()["sessions"][0]
         batches = httpx.get(f"{srv.url}/v1/sessions/{sid}", timeout=30).json()["batches"]
         assert [b["prompt"] for b in batches] == ["prompt 0", "prompt 1", "prompt 2"]
+        # the child projected those (it is alive), so it has lowered its priority
+        server_nice = os.getpriority(os.PRIO_PROCESS, srv.proc.pid)
+        assert os.getpriority(os.PRIO_PROCESS, child) == min(server_nice + NICE, 19)
 
         os.kill(child, signal.SIGKILL)
         for n in range(3, 6):  # while it is down: the server catches up itself
