@@ -22,7 +22,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Send
+from starlette.types import Message as ASGIMessage
 
 from api.bootstrap import Services
 from api.broadcaster import Broadcaster
@@ -34,6 +35,20 @@ PING_S = 15
 """Heartbeat comment interval (s)."""
 RETRY_MS = 1000
 """Reconnection delay the stream asks browsers to use (ms)."""
+
+
+class StreamResponse(EventSourceResponse):
+    """sse-starlette's ``EventSourceResponse`` that sends each frame without a cancel
+    scope when no ``send_timeout`` is set (ours never is): the library enters
+    ``anyio.move_on_after(None)`` per frame, which cannot fire and costs ~3.7 µs of CPU
+    per delivery, 1.9 ms per event at 500 clients. With a timeout set, the library's
+    own path runs."""
+
+    async def _send_with_timeout(self, send: Send, message: ASGIMessage) -> None:
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
 
 
 @dataclass(frozen=True)
@@ -143,7 +158,7 @@ def routes(services: Services) -> list[Route]:
             if first is not None:
                 start = max(start, first - 1)
         accept = Filter(session or ref, ref, q.get("project") or None, kinds)
-        return EventSourceResponse(
+        return StreamResponse(
             messages(services, broadcaster, start, accept),
             ping=PING_S,
             headers={"Cache-Control": "no-store"},

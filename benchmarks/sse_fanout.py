@@ -1,12 +1,15 @@
 """CPU per delivery of the stream layer alone: the broadcaster offering one-message
 sections to N subscribers and each subscriber's ``api.stream.messages`` generator
-yielding its bytes, in one process, no sockets, no sse-starlette, no ledger.
+yielding its bytes, in one process, no sockets, no ledger; with ``--response``, every
+frame also goes through a response class's per-frame send path to a no-op ASGI
+``send`` (sse-starlette's own, or :class:`api.stream.StreamResponse`).
 
     .venv/bin/python benchmarks/sse_fanout.py --clients 500 --sections 200 --repeats 3
+    .venv/bin/python benchmarks/sse_fanout.py --response library ours   # + the send path
 
-Prints µs of process CPU time per (section, client) delivery for each repeat. This is
-what hookledger adds per frame on top of sse-starlette and uvicorn (see the SSE section
-of docs/benchmarks.md).
+Prints µs of process CPU time per (section, client) delivery for each repeat. With
+``none`` this is what hookledger adds per frame on top of sse-starlette and uvicorn (see
+the SSE section of docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -15,15 +18,22 @@ import argparse
 import asyncio
 import time
 
-from sse_starlette import ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.broadcaster import Broadcaster
 from api.sections import APPENDED, Message, Section
-from api.stream import Filter, messages
+from api.stream import Filter, StreamResponse, messages
 
 
-async def fan_out(clients: int, sections: int) -> float:
-    """µs of CPU per delivery for ``sections`` sections to ``clients`` subscribers."""
+RESPONSES = {"none": None, "library": EventSourceResponse, "ours": StreamResponse}
+
+
+async def fan_out(clients: int, sections: int, response: str = "none") -> float:
+    """µs of CPU per delivery for ``sections`` sections to ``clients`` subscribers.
+    ``response``: also pass every frame through that response class's per-frame send
+    path (``_stream_response``, to a no-op ASGI ``send``): ``library`` (sse-starlette's
+    ``EventSourceResponse``) or ``ours`` (:class:`api.stream.StreamResponse`)."""
+    wrap = RESPONSES[response]
     broadcaster = Broadcaster(None)  # type: ignore[arg-type]  # no log reads happen here
     accept = Filter(kinds=frozenset({APPENDED}))
     streams = [messages(None, broadcaster, 0, accept) for _ in range(clients)]  # type: ignore[arg-type]
@@ -33,8 +43,17 @@ async def fan_out(clients: int, sections: int) -> float:
 
     async def drain(stream) -> None:  # type: ignore[no-untyped-def]
         nonlocal delivered
-        async for _ in stream:
-            delivered += 1
+        if wrap is None:
+            async for _ in stream:
+                delivered += 1
+            return
+
+        async def send(message) -> None:  # type: ignore[no-untyped-def]
+            nonlocal delivered
+            if message["type"] == "http.response.body":
+                delivered += 1
+
+        await wrap(stream)._stream_response(send)
 
     tasks = [asyncio.create_task(drain(s)) for s in streams]
     while any(s.resyncing for s in broadcaster.subscribers):
@@ -58,10 +77,15 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=500)
     ap.add_argument("--sections", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--response", choices=sorted(RESPONSES), nargs="+", default=["none"],
+                    help="also run each frame through this response's send path "
+                         "(several: alternated within each repeat)")
     args = ap.parse_args()
     for _ in range(args.repeats):
-        us = asyncio.run(fan_out(args.clients, args.sections))
-        print(f"{us:.2f} µs CPU per delivery ({args.clients} clients, {args.sections} sections)")
+        for response in args.response:
+            us = asyncio.run(fan_out(args.clients, args.sections, response))
+            print(f"{us:.2f} µs CPU per delivery ({args.clients} clients,"
+                  f" {args.sections} sections, response: {response})")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,14 @@ import httpx
 import pytest
 from conftest import FIXTURES, Server
 from httpx_sse import aconnect_sse
+from sse_starlette import EventSourceResponse
+from sse_starlette import sse as sse_module
+from sse_starlette.sse import SendTimeoutError
 from test_hook_replay import SESSION, _ordered_payloads
 
 from api.bootstrap import build
 from api.broadcaster import Broadcaster
-from api.stream import Filter, messages
+from api.stream import Filter, StreamResponse, messages
 from ledger.config import Settings
 from ledger.ingest import ingest_hook
 
@@ -446,3 +449,35 @@ def test_derived_messages_only_built_for_clients_that_take_them(settings: Settin
     assert built_before == 0
     assert "session.updated" in kinds
     assert built_after >= 1
+
+
+def test_stream_response_sends_without_a_scope_and_keeps_the_library_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scopes: list[float | None] = []  # the library's per-frame scopes, by deadline
+    library_scope = sse_module.anyio.move_on_after
+
+    def counted(delay: float | None, *args: Any, **kwargs: Any) -> Any:
+        scopes.append(delay)
+        return library_scope(delay, *args, **kwargs)
+
+    monkeypatch.setattr(sse_module.anyio, "move_on_after", counted)
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def stuck(_message: dict) -> None:
+        await anyio.sleep(10)
+
+    async def run() -> None:
+        body = {"type": "http.response.body", "body": b"data: x\n\n", "more_body": True}
+        await EventSourceResponse(iter(()))._send_with_timeout(send, body)
+        assert scopes == [None]  # the library enters a scope per frame
+        await StreamResponse(iter(()))._send_with_timeout(send, body)
+        assert scopes == [None] and sent == [body, body]  # ours sends without one
+        timed = StreamResponse(iter(()), send_timeout=0.05)
+        with pytest.raises(SendTimeoutError):  # a set timeout still applies
+            await timed._send_with_timeout(stuck, body)
+
+    anyio.run(run)
