@@ -46,7 +46,8 @@ NICE = 10
 """Added to the child's niceness: on a busy machine the scheduler favours the server
 (ingest, SSE fan-out: latency-bound) over the projections (eventually consistent; a
 read that needs them current waits, and takes over after ``STALL_S``). Measured on 2
-cores, 500 SSE clients: p99 34.3-34.6 -> 29.3-30.2 ms (docs/benchmarks.md)."""
+cores, 500 SSE clients: p99 34.3-34.6 ms at niceness 0, 29.3-34.3 ms over four runs at
++10 (docs/benchmarks.md)."""
 
 log = logging.getLogger(__name__)
 
