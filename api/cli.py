@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from api.cli_context import build_services
 from api.cli_context import dump as _dump
 from api.cli_context import services as _services
 from ledger.config import Settings
@@ -215,14 +216,13 @@ def serve(ctx: click.Context, host: str, port: int, projections_in: str) -> None
 
     from api.access import TOKEN_ENV, bind_error
     from api.app import create_app
-    from api.bootstrap import build
 
     token = os.environ.get(TOKEN_ENV) or None
     refusal = bind_error(host, token)
     if refusal:
         raise click.ClickException(refusal)
     settings = ctx.obj["settings"]
-    services = build(settings, cache_size=1024)
+    services = build_services(settings, cache_size=1024)
     click.echo(f"hookledger serving {settings.data_dir} on http://{host}:{port}", err=True)
     try:
         app = create_app(services, token=token, projection_process=projections_in == "process")
@@ -246,33 +246,33 @@ def hook(ctx: click.Context, agent: str) -> None:
     ctx.exit(0)
 
 
-from api.cli_export import export_cmd  # noqa: E402 - command modules register after main
+from api.cli_export import export_cmd
 
 main.add_command(export_cmd)
-from api.cli_jobs import jobs as _jobs  # noqa: E402
+from api.cli_jobs import jobs as _jobs
 
 main.add_command(_jobs)
-from api.cli_commands import session as _session  # noqa: E402
+from api.cli_commands import session as _session
 
 main.add_command(_session)
-from api.cli_run import run_cmd  # noqa: E402  (agents: hookledger run)
+from api.cli_run import run_cmd
 
 main.add_command(run_cmd)
-from api.cli_hooks import doctor, forward_spool_cmd, install_hooks, uninstall_hooks  # noqa: E402
+from api.cli_hooks import doctor, forward_spool_cmd, install_hooks, uninstall_hooks
 
 main.add_command(install_hooks)
 main.add_command(uninstall_hooks)
 main.add_command(doctor)
 main.add_command(forward_spool_cmd)
-from api.cli_analytics import analytics as _analytics  # noqa: E402
-from api.cli_analytics import sql as _sql  # noqa: E402
+from api.cli_analytics import analytics as _analytics
+from api.cli_analytics import sql as _sql
 
 main.add_command(_sql)
 main.add_command(_analytics)
-from api.cli_summaries import summaries as _summaries  # noqa: E402
+from api.cli_summaries import summaries as _summaries
 
 main.add_command(_summaries)
-from api.cli_search import search_cmd  # noqa: E402
+from api.cli_search import search_cmd
 
 main.add_command(search_cmd)
 

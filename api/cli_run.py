@@ -36,12 +36,12 @@ def run_cmd(
 ) -> None:
     """Run an agent (claude -p … --output-format stream-json --verbose, or codex exec --json …),
     pass its output through and record it in the ledger as it arrives; exit with its status."""
-    from api.bootstrap import build
+    from api.cli_context import build_services
     from ledger.agent_runner import run_agent
 
     # A run appends to one session line after line: keep its aggregate cached (fast-forwarded
     # when another writer appended), instead of replaying the stream for every line.
-    services = build(ctx.ensure_object(dict)["settings"], cache_size=RUN_AGGREGATE_CACHE)
+    services = build_services(ctx.ensure_object(dict)["settings"], cache_size=RUN_AGGREGATE_CACHE)
     ctx.call_on_close(services.close)
     try:
         outcome = run_agent(

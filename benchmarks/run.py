@@ -193,7 +193,6 @@ def hook_run(data: Path, requests: int, senders: int) -> dict[str, float]:
 
 def profile(corpus: Path, tmp: Path) -> None:
     services = build(Settings(tmp))
-    services.runner.read_ahead = False  # cProfile sees only its own thread: read inline
     for name, call in (("import", lambda: import_paths(services.ledger, [corpus])),
                        ("catch-up", services.runner.catch_up)):
         prof = cProfile.Profile()
@@ -220,8 +219,7 @@ def main() -> None:
     ap.add_argument("--senders", type=int, default=8)
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also cProfile one import + catch-up "
-                    "(read-ahead off, so reading and decoding the log are in the profile; "
-                    "top 40 by cumulative time to benchmarks/results/profile-*.txt)")
+                    "(top 40 by cumulative time to benchmarks/results/profile-*.txt)")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[float]] = {}

@@ -69,6 +69,22 @@ class Ledger(Application[UUID]):
     name = "hookledger"
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
+        """Open the event store ``env`` names (with the process environment under it,
+        as eventsourcing reads it).
+
+        Raises:
+            ValueError: the environment asks eventsourcing to compress or encrypt stored
+                events (``COMPRESSOR_TOPIC``, ``CIPHER_TOPIC``): the ledger stores them
+                as plain JSON (:func:`ledger.envelope.stored_bytes`), which its readers,
+                exports and ``verify`` read directly, so the setting would be ignored.
+        """
+        asked = self.construct_env(self.name, env)  # what the library would read
+        for key in ("COMPRESSOR_TOPIC", "CIPHER_TOPIC"):
+            if asked.get(key):
+                raise ValueError(
+                    f"{key} is set: hookledger stores events as plain JSON and does not "
+                    "compress or encrypt them; unset it (use disk encryption for data at rest)"
+                )
         super().__init__(env)
         self._write_lock = threading.RLock()
         self._listeners: list[Callable[[int], None]] = []

@@ -109,15 +109,28 @@ class ReadModels:
 class ProjectionRunner:
     """Keeps the read models in step with the ledger's notification log."""
 
-    def __init__(self, ledger: Ledger, models: ReadModels, names: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        models: ReadModels,
+        names: Sequence[str] | None = None,
+        *,
+        read_ahead: bool = False,
+    ) -> None:
         self.ledger = ledger
         self.models = models
         chosen = list(names or PROJECTION_CLASSES)
         self.projections = [PROJECTION_CLASSES[n](models.tables[n]) for n in chosen]
         self._lock = threading.Lock()
-        self.read_ahead = True
-        """Read the next section in a second thread while one is applied (off: all the
-        work in the calling thread, e.g. to profile it)."""
+        self.read_ahead = read_ahead
+        """Read and decode the next full section in a second thread while one is
+        applied. Off by default: measured on both backends on 2 cores it gave no wall
+        time back and cost CPU (SQLite: every row the reader steps through and every
+        row the writer upserts hands the GIL between the threads; rebuild of all
+        projections 13.5k vs 16.2k events/s, system 1.10 vs 0.37 s per 100k events;
+        local PostgreSQL 6.2k vs 6.7k; docs/benchmarks.md, "Read-ahead"). Kept as an
+        option (``benchmarks/read_ahead.py`` measures both) for a log read over a slow
+        link, which was not measured."""
         self.delegate: Callable[[int | None], int | None] | None = None
         """When set (e.g. by :class:`api.projection_process.ProjectionProcess`), a
         ``catch_up(stop)`` without ``max_sections`` calls ``delegate(stop)`` first: it
@@ -221,15 +234,14 @@ def _catch_up(
     stop: int | None,
     max_sections: int | None,
     section: int,
-    read_ahead: bool = True,
+    read_ahead: bool = False,
 ) -> int:
     """Apply sections of the log until the end (or ``stop``); returns events applied
     (log positions passed, summed over the projections).
 
-    Only the events some projection consumes are decoded (:class:`LogReader`). While
-    one section is applied, the next is read and decoded in a second thread
-    (``read_ahead``): the SQLite reads and writes run outside the GIL, so on two cores
-    they overlap.
+    Only the events some projection consumes are decoded (:class:`LogReader`). With
+    ``read_ahead`` (see :attr:`ProjectionRunner.read_ahead`), the next section is read
+    and decoded in a second thread while one is applied.
     """
     applied = 0
     sections = 0

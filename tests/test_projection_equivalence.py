@@ -136,9 +136,9 @@ def test_catch_up_in_sections_and_rebuilds_give_the_read_models_of_every_event_d
     _assert_same(reference, _live(services), "incremental, while the log grew")
 
     _empty_views(services)
-    runner = ProjectionRunner(services.ledger, services.models)
+    runner = ProjectionRunner(services.ledger, services.models, read_ahead=True)
     assert runner.catch_up(section=97) == head * len(PROJECTION_CLASSES)
-    _assert_same(reference, _live(services), "caught up in sections of 97")
+    _assert_same(reference, _live(services), "caught up in sections of 97, read ahead")
     assert set(runner.positions().values()) == {head}
 
     _empty_views(services)

@@ -5,13 +5,17 @@ read (without the raw record) equals the full event but for ``raw``."""
 
 from __future__ import annotations
 
-import orjson
+from pathlib import Path
 
-from api.bootstrap import Services
+import orjson
+import pytest
+
+from api.bootstrap import Services, build
+from ledger.config import Settings
 from ledger.envelope import RAW_SEPARATOR, canonical_bytes, chain_digest
 from ledger.importer import import_paths
 
-from conftest import FIXTURES
+from conftest import FIXTURES, cli
 
 
 def test_fast_paths_agree_with_the_reference_on_every_fixture_event(services: Services) -> None:
@@ -42,3 +46,24 @@ def test_raw_record_is_stored_after_the_json_as_received(services: Services) -> 
     head, _, raw = with_raw[0].partition(RAW_SEPARATOR)
     assert raw == line.strip()  # the line exactly as read (nothing was redacted)
     assert b'"raw"' not in head
+
+
+
+@pytest.mark.parametrize("key", ["COMPRESSOR_TOPIC", "CIPHER_TOPIC"])
+def test_a_store_asked_to_compress_or_encrypt_refuses_to_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """eventsourcing reads these from the environment; the ledger's own stored form is
+    plain JSON, so it says so instead of writing events the setting does not cover."""
+    monkeypatch.setenv(key, "eventsourcing.compressor:ZlibCompressor")
+    with pytest.raises(ValueError, match=f"{key} is set"):
+        build(Settings(tmp_path / "data"))
+    assert not (tmp_path / "data" / "events.db").exists()
+
+
+def test_the_cli_refuses_a_cipher_with_its_reason(tmp_path: Path) -> None:
+    settings = Settings(tmp_path / "data")
+    done = cli(settings, "stats", "--json", check=False,
+               extra_env={"CIPHER_TOPIC": "eventsourcing.cipher:AESCipher"})
+    assert done.returncode == 1
+    assert b"CIPHER_TOPIC is set" in done.stderr and b"Traceback" not in done.stderr
