@@ -58,16 +58,11 @@ class PydanticMapper(Mapper[Any]):
     """
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        stored = stored_bytes(domain_event)
-        if self.compressor:
-            stored = self.compressor.compress(stored)
-        if self.cipher:
-            stored = self.cipher.encrypt(stored)
         return new_stored_event(
             domain_event.originator_id,
             domain_event.originator_version,
             get_topic(type(domain_event)),
-            stored,
+            stored_bytes(domain_event),
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
@@ -79,13 +74,10 @@ class PydanticMapper(Mapper[Any]):
         )
 
     def stored_state(self, data: bytes, *, raw: bool = True) -> dict[str, Any]:
-        """The JSON state of stored ``data`` as a dict, not validated (decrypted and
-        decompressed as configured; the raw record put back as ``raw`` unless
-        ``raw=False``). Its values equal the event's ``model_dump(mode="json")``."""
-        if self.cipher:
-            data = self.cipher.decrypt(data)
-        if self.compressor:
-            data = self.compressor.decompress(data)
+        """The JSON state of stored ``data`` as a dict, not validated (the raw record
+        put back as ``raw`` unless ``raw=False``). Its values equal the event's
+        ``model_dump(mode="json")``. Stored bytes are never compressed or encrypted
+        (:class:`ledger.app.Ledger` refuses a store configured to)."""
         head, separator, tail = data.partition(RAW_SEPARATOR)
         state: dict[str, Any] = self.transcoder.decode(head)
         if separator and raw:

@@ -13,8 +13,8 @@ looks at:
   projection's row key) is computed once.
 
 Decoding gives the same event as :meth:`ledger.mapper.PydanticMapper.decode` with
-``raw=False``; anything the fast path does not handle (an encrypted or compressed
-store, an event class with upcasters, JSON it rejects) goes through the mapper.
+``raw=False``; anything the fast path does not handle (an event class with upcasters,
+JSON it rejects) goes through the mapper.
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ class LogReader:
         self.wanted = wanted
         self._classes: dict[str, tuple[type, bool, bool]] = {}  # topic -> (cls, wanted, fast)
         self._stream_ids: dict[str, StreamId] = {}
-        self._plain = self.mapper.cipher is None and self.mapper.compressor is None
 
     def read(self, after: int, limit: int, stop: int | None = None) -> Section:
         """Up to ``limit`` events after position ``after`` (up to ``stop``, inclusive)."""
@@ -122,11 +121,7 @@ class LogReader:
     def _class(self, topic: str) -> tuple[type, bool, bool]:
         cls = resolve_topic(topic)
         wanted = self.wanted is None or self.wanted(cls)
-        fast = (
-            self._plain
-            and getattr(cls, "class_version", 1) == 1
-            and hasattr(cls, "model_validate_json")
-        )
+        fast = getattr(cls, "class_version", 1) == 1 and hasattr(cls, "model_validate_json")
         self._classes[topic] = found = (cls, wanted, fast)
         return found
 

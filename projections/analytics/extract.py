@@ -97,15 +97,10 @@ FROM (
 """
 
 
-def stage_table(notifications: Any, decrypt: Any = None) -> pa.Table:
-    """Arrow table (position, stream_id, version, topic, state) of one section.
-
-    ``decrypt`` (the mapper's cipher/compressor applied in order) turns stored bytes
-    back into JSON bytes when the store encrypts or compresses; None otherwise.
-    """
+def stage_table(notifications: Any) -> pa.Table:
+    """Arrow table (position, stream_id, version, topic, state) of one section (stored
+    bytes are plain JSON: :class:`ledger.app.Ledger` refuses compression and ciphers)."""
     states = [n.state for n in notifications]
-    if decrypt is not None:
-        states = [decrypt(s) for s in states]
     # The JSON part only: the raw source record follows a NUL byte
     # (ledger.envelope.stored_bytes) and no analytics table needs it.
     states = [s.partition(RAW_SEPARATOR)[0] for s in states]

@@ -92,7 +92,6 @@ def _apply(
     section: int,
     after_section: Callable[[int], None] | None,
 ) -> int:
-    decrypt = _decrypter(ledger)
     applied = sections = 0
 
     def more(after: int, done: int) -> bool:
@@ -105,9 +104,7 @@ def _apply(
             )
             if not notifications:
                 return None
-            return notifications[-1].id, len(notifications), extract.stage_table(
-                notifications, decrypt
-            )
+            return notifications[-1].id, len(notifications), extract.stage_table(notifications)
 
     # One reader thread stays a section ahead: the next section is read and staged
     # (Python) while DuckDB applies this one (DuckDB releases the GIL).
@@ -213,17 +210,3 @@ def _refresh_prices(con: Any) -> None:
         con.rollback()
         raise
 
-
-def _decrypter(ledger: Ledger) -> Callable[[bytes], bytes] | None:
-    cipher, compressor = ledger.mapper.cipher, ledger.mapper.compressor
-    if cipher is None and compressor is None:
-        return None
-
-    def decrypt(data: bytes) -> bytes:
-        if cipher is not None:
-            data = cipher.decrypt(data)
-        if compressor is not None:
-            data = compressor.decompress(data)
-        return data
-
-    return decrypt
