@@ -26,7 +26,13 @@ from typing import Any
 from uuid import UUID
 
 from ledger.jobs import append_decision
-from ledger.llm_summary import SYSTEM_PROMPT, LLMSummariser, SummariserUnavailable, budget_refusal, estimate_tokens
+from ledger.llm_summary import (
+    SYSTEM_PROMPT,
+    LLMSummariser,
+    SummariserUnavailable,
+    budget_refusal,
+    estimate_tokens,
+)
 from ledger.session import Session
 from ledger.summary import SummaryFacts, deterministic_summary
 from projections import pricing

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))  # the checkout under test, not this file's
 
-from api.bootstrap import build  # noqa: E402
-from ledger.config import Settings  # noqa: E402
-from ledger.importer import import_paths  # noqa: E402
+from api.bootstrap import build
+from ledger.config import Settings
+from ledger.importer import import_paths
 
 
 def main() -> None:

@@ -24,7 +24,6 @@ from api.broadcaster import Broadcaster
 from api.sections import APPENDED, Message, Section
 from api.stream import Filter, StreamResponse, messages
 
-
 RESPONSES = {"none": None, "library": EventSourceResponse, "ours": StreamResponse}
 
 

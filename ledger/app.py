@@ -11,6 +11,7 @@ applied again, which is safe because they are idempotent).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -278,10 +279,8 @@ class Ledger(Application[UUID]):
         cache = self.repository.cache
         if cache is not None:
             for aggregate_id in ids:
-                try:
+                with contextlib.suppress(KeyError):  # not cached
                     cache.get(aggregate_id, evict=True)
-                except KeyError:
-                    pass
 
     # -- reading --------------------------------------------------------------------
 

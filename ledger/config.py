@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path
@@ -67,7 +66,8 @@ class Settings:
     def event_store_env(self) -> dict[str, str]:
         """Environment for the eventsourcing ``Ledger`` application."""
         if self.is_postgres:
-            from sqlalchemy.engine import make_url  # not at import: `hookledger hook` loads this module
+            # not at import: `hookledger hook` loads this module
+            from sqlalchemy.engine import make_url
 
             url = make_url(self.database_url or "")
             env = {

@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 
-
 SQLITE_PAGE_SIZE = 65536
 """Page size (bytes) of a newly created read-model file (an existing one keeps its own):
 a rebuild of all projections spends ~half the system time it did on 4 KiB pages (1.4 ->

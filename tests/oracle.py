@@ -188,7 +188,7 @@ def main():
         for key, c in res.items():
             if key == "__rejected__":
                 continue
-            vals = (c["prompt_count"], c["tool_call_count"]) + tuple(c[f] for f in TOKEN_FIELDS)
+            vals = (c["prompt_count"], c["tool_call_count"], *(c[f] for f in TOKEN_FIELDS))
             print(f"  {key:<76} " + " ".join(f"{v:>12}" for v in vals))
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Server, free_port, settings_env
 from starlette.convertors import (
     FloatConvertor,
     IntegerConvertor,
@@ -28,6 +27,8 @@ from starlette.testclient import TestClient
 from api.app import create_app
 from api.bootstrap import build
 from ledger.config import Settings
+
+from conftest import Server, free_port, settings_env
 
 HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
 TOKEN = "s3cret-token-for-tests"

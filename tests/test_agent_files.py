@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES
 
 from api.bootstrap import Services
 from ledger.envelope import raw_record
 from ledger.importer import detect, import_paths
 from ledger.observation import SessionRef
 from projections import queries
+
+from conftest import FIXTURES
 
 DRIFT = FIXTURES / "agent-sessions-schema-drift"
 GEMINI = FIXTURES / "agentcmd-gemini-sessions"

@@ -20,8 +20,6 @@ from typing import Any
 import httpx
 import orjson
 
-from conftest import FIXTURES, Server, cli
-
 from api.bootstrap import Services, build
 from ledger.config import Settings
 from ledger.envelope import raw_record
@@ -29,6 +27,8 @@ from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
 from projections import queries
+
+from conftest import FIXTURES, Server, cli
 
 CHAT = FIXTURES / "agentcmd-gemini-sessions" / "session-2025-10-29T10-36-453aa339.json"
 OPENCLAW = FIXTURES / "agent-sessions-schema-drift" / "openclaw_session_small.jsonl"

@@ -19,12 +19,13 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
-from conftest import FIXTURES, cli
 
 from api.bootstrap import Services
 from ledger.agent_runner import prompt_from_argv, run_agent
 from ledger.importer import import_paths
 from projections import queries
+
+from conftest import FIXTURES, cli
 
 FAKE = Path(__file__).parent / "tools" / "fake_agent.py"
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")

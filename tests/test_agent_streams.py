@@ -25,11 +25,12 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
-from conftest import FIXTURES
 
 from api.bootstrap import Services
 from ledger.importer import import_paths
 from projections import queries
+
+from conftest import FIXTURES
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 STREAM_JSON = [

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, settings_env
 from sqlalchemy import func, select
 
 from api.bootstrap import Services
@@ -28,6 +27,8 @@ from ledger.session import Session
 from projections.analytics import catch_up, open_snapshot, rebuild, run_query
 from projections.analytics.runner import position
 from projections.analytics.store import analytics_path, open_writer, writer_lock
+
+from conftest import FIXTURES, settings_env
 
 SPOTTER = FIXTURES / "spotter-claude-transcripts"
 AGENTCMD = FIXTURES / "agentcmd-claude-transcripts"

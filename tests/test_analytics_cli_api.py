@@ -10,9 +10,10 @@ from pathlib import Path
 
 import httpx
 import pyarrow.parquet as pq
-from conftest import FIXTURES, Server, cli
 
 from ledger.config import Settings
+
+from conftest import FIXTURES, Server, cli
 
 AGENTCMD = FIXTURES / "agentcmd-claude-transcripts"
 

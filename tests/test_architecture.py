@@ -3,11 +3,14 @@
 * Imports point one way: ``api`` -> ``projections`` -> ``ledger``; ``ledger`` never
   imports the web stack or DuckDB, ``projections`` never the web stack.
 * Importing a module only defines things: no engines, applications or I/O at import.
+* ``ruff check`` (the rules in pyproject.toml) passes on the whole repository.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,3 +140,13 @@ def test_hook_command_path_does_not_load_the_database_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_ruff_finds_nothing() -> None:
+    """Lint runs with the tests, so CI fails on an undefined name or an unused import."""
+    ruff = Path(sys.executable).with_name("ruff")
+    done = subprocess.run(
+        [str(ruff), "check", "--no-cache", "--output-format", "concise", "."],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

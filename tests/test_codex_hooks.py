@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 
 import httpx
-from conftest import FIXTURES, Server
 
 from api.bootstrap import build
 from ledger.config import Settings
 from ledger.importer import import_paths
 from projections import queries
+
+from conftest import FIXTURES, Server
 
 ROLLOUT = (
     FIXTURES

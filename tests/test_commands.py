@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from uuid import UUID
 
 import pytest
-from conftest import FIXTURES, cli
 from starlette.testclient import TestClient
 
 from api.app import create_app
@@ -20,6 +19,8 @@ from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.lifecycle import COMMAND_TRANSITIONS
 from ledger.observation import session_id
+
+from conftest import FIXTURES, cli
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ version clash exercises the retry path over a cached aggregate.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from datetime import UTC, datetime
@@ -66,10 +67,8 @@ def test_a_failed_command_leaves_nothing_in_the_aggregate_cache(settings: Settin
             append_decision(agg, Session.Summarised, "half", datetime.now(UTC), "test", scope="session", through_version=1)
             raise RuntimeError("fails after appending")
 
-        try:
+        with contextlib.suppress(RuntimeError):
             services.ledger.update(sid, half_done)
-        except RuntimeError:
-            pass
         assert services.ledger.session(sid).version == before
         assert "half" not in services.ledger.session(sid).seen_keys
         again = json.dumps({**PROMPT, "prompt": "after the failure"}).encode()

@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import oracle
 import pytest
-from conftest import FIXTURES, Server, cli
 from sqlalchemy import select, text
 
 from api.bootstrap import Services, build
 from ledger.importer import import_paths
 from ledger.observation import Observation, SessionRef
 from projections import queries
+
+import oracle
+from conftest import FIXTURES, Server, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PRICES = json.loads((ROOT / "projections" / "data" / "prices.json").read_text())["models"]

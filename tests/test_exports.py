@@ -20,11 +20,12 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import FIXTURES, PG_URL, cli
 
 from api.bootstrap import Services
 from ledger.config import Settings
 from ledger.importer import discover, import_paths
+
+from conftest import FIXTURES, PG_URL, cli
 
 SPOTTER = FIXTURES / "spotter-claude-transcripts"
 FORMATS = ["jsonl", "parquet"]

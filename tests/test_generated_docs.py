@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
 
 from api import cli_reference
 from ledger import catalogue
@@ -19,6 +18,8 @@ from ledger.importer import discover, parse_file
 from ledger.observation import Observation
 from ledger.session import Session
 from ledger.sources import claude_hooks
+
+from conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = f"regenerate with: .venv/bin/{catalogue.REGENERATE}"

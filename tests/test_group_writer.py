@@ -7,10 +7,11 @@ import json
 import threading
 
 import httpx
-from conftest import FIXTURES, Server
 
 from api.bootstrap import build
 from ledger.config import Settings
+
+from conftest import FIXTURES, Server
 
 PAYLOADS = [
     p

@@ -22,7 +22,6 @@ from uuid import UUID
 
 import httpx
 import pytest
-from conftest import FIXTURES, Server
 
 from api.bootstrap import build
 from api.hot_path.hook_fast import journal_append, record_bytes, uuid7
@@ -30,6 +29,8 @@ from ledger.config import Settings
 from ledger.envelope import raw_record
 from ledger.journal import JOURNAL, JournalIngester
 from projections import queries
+
+from conftest import FIXTURES, Server
 
 HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
 PYTHON = os.path.realpath(sys.executable)

@@ -108,7 +108,7 @@ def _shape(detail: dict[str, Any], only: set[str] | None = None, ended: set[str]
 
 
 def test_hook_replay_equals_transcript_import(settings: Settings, tmp_path: Path) -> None:
-    payloads, unmatched = _ordered_payloads()
+    payloads, _unmatched = _ordered_payloads()
     # The logger kept hooks for 35 of the 128 main-session tool calls, and the last
     # prompt came after the transcript snapshot: compare where both exist.
     assert len(payloads) >= 75

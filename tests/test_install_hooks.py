@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Server
-
 from ledger.config import Settings
+
+from conftest import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 # FORMATS.md A1: the hook events of Claude Code, written here independently.

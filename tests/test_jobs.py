@@ -13,7 +13,6 @@ from typing import Any
 from uuid import UUID
 
 import httpx
-from conftest import FIXTURES, Server, cli
 from sqlalchemy import select
 
 from api.bootstrap import Services
@@ -25,6 +24,8 @@ from ledger.jobs import JobConfig
 from ledger.lifecycle import DECISION_KINDS
 from ledger.observation import session_id
 from projections.runner import PROJECTION_CLASSES
+
+from conftest import FIXTURES, Server, cli
 
 FOUR = FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Server, free_port
 from starlette.testclient import TestClient
 from test_access import TOKEN, non_loopback_ip
 from test_hook_journal import event_keys, fixture_payloads, run_hook
@@ -25,6 +24,8 @@ from api.hot_path.hook_fast import forward_spool, journal_append, record_bytes, 
 from ledger.config import Settings
 from ledger.journal import JOURNAL, JournalIngester
 from projections import queries
+
+from conftest import Server, free_port
 
 AT = "2026-06-20T00:00:00.000Z"
 

@@ -166,6 +166,6 @@ def test_synthetic_rules(tmp_path):
 @pytest.mark.parametrize("rel", TRANSCRIPT_FILES)
 def test_every_file_parses(rel):
     res = count_transcript(FIXTURES / rel)
-    for key, s in sessions(res).items():
+    for s in sessions(res).values():
         assert s["prompt_count"] == len(s["prompts"])
         assert s["tool_call_count"] == len(s["tool_call_ids"])

@@ -19,7 +19,6 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from conftest import FIXTURES, PG_URL, cli
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -27,6 +26,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from api.bootstrap import Services
 from ledger.config import Settings
 from ledger.importer import discover, import_paths
+
+from conftest import FIXTURES, PG_URL, cli
 
 SPOTTER = FIXTURES / "spotter-claude-transcripts"
 

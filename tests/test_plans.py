@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import FIXTURES
 from starlette.testclient import TestClient
 
 from api.app import create_app
@@ -15,6 +14,8 @@ from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import session_id
 from projections.plans import session_plans
+
+from conftest import FIXTURES
 
 COORP = FIXTURES / "coorp-serverless-plugins-hook-logs" / "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
 TWO = FIXTURES / "agentcmd-claude-transcripts" / "full-session-two.jsonl"

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import free_port
 from sqlalchemy import select
 
 from api.bootstrap import Services
@@ -14,6 +13,8 @@ from api.hook_client import run
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.privacy import strip_private_text
+
+from conftest import free_port
 
 SECRET = "SECRET-XYZ-123"
 PRIVATE = f"<private>{SECRET}</private>"

@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from conftest import FIXTURES
 from sqlalchemy import MetaData, Table, text
 
 from api.bootstrap import Services
@@ -26,6 +25,8 @@ from projections.rows import RowCache
 from projections.runner import PROJECTION_CLASSES, ProjectionRunner
 from projections.schema import build_tables
 from projections.search import fts_table
+
+from conftest import FIXTURES
 
 SOURCES = [
     FIXTURES / "spotter-claude-transcripts",

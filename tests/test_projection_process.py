@@ -11,10 +11,11 @@ import time
 
 import httpx
 import pytest
-from conftest import Server
 
 from api.projection_process import NICE
 from ledger.config import Settings
+
+from conftest import Server
 
 
 def _prompt(n: int) -> bytes:

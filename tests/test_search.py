@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import FIXTURES, Server, cli
 from sqlalchemy import func, select, text
 from starlette.testclient import TestClient
 
@@ -29,6 +28,8 @@ from projections.context import project_digest
 from projections.decode import LogReader
 from projections.runner import TrackingConflict, _apply_section
 from projections.search_query import SearchQueryError, search_models
+
+from conftest import FIXTURES, Server, cli
 
 SPOTTER = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 LATER = datetime(2030, 1, 1, tzinfo=UTC)

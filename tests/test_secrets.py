@@ -16,13 +16,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import FIXTURES, Server, cli, free_port
 
 from api.bootstrap import build
 from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.privacy import may_hold_private, redact_text, strip_private
 from ledger.secrets import catalogue, redact_secrets
+
+from conftest import FIXTURES, Server, cli, free_port
 
 _rng = random.Random(20261122)
 UP, LOW, DIG = string.ascii_uppercase, string.ascii_lowercase, string.digits

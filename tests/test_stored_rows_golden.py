@@ -23,8 +23,8 @@ import pytest
 
 from api.bootstrap import Services
 from ledger import app as ledger_app
-from ledger.ingest import ingest_hook
 from ledger.importer import import_paths
+from ledger.ingest import ingest_hook
 
 from conftest import FIXTURES
 

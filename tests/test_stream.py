@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import FIXTURES, Server
 from httpx_sse import aconnect_sse
 from sse_starlette import EventSourceResponse
 from sse_starlette import sse as sse_module
@@ -30,6 +29,8 @@ from api.broadcaster import Broadcaster
 from api.stream import Filter, StreamResponse, messages
 from ledger.config import Settings
 from ledger.ingest import ingest_hook
+
+from conftest import FIXTURES, Server
 
 ATTIO = FIXTURES / "attio-mcp-server-hook-logs"
 COORP = FIXTURES / "coorp-serverless-plugins-hook-logs"

@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from conftest import FIXTURES, Server, cli, free_port
 from sqlalchemy import select
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,6 +28,8 @@ from api.summaries import run_summaries
 from ledger.importer import import_paths
 from ledger.llm_summary import LLMConfig, LLMSummariser
 from projections import pricing, queries
+
+from conftest import FIXTURES, Server, cli, free_port
 
 CLAUDE_TRANSCRIPTS = sorted(
     [

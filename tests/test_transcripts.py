@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-import ccusage_ref
-import oracle
 from api.bootstrap import Services
 from ledger.importer import import_paths
 from projections import queries
 
+import ccusage_ref
+import oracle
 from conftest import FIXTURES
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import FIXTURES, PG_URL, cli
 
 from ledger.config import Settings
+
+from conftest import FIXTURES, PG_URL, cli
 
 TRANSCRIPTS = [
     FIXTURES / "spotter-claude-transcripts" / "short.jsonl",

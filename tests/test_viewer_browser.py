@@ -22,10 +22,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Server
 from test_hook_replay import _ordered_payloads
 
 from ledger.config import Settings
+
+from conftest import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
