@@ -34,15 +34,28 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
 @main.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes that record in parallel, whole directories each (default: one per "
+    "8 MiB of input, at most one per CPU and 4).",
+)
 @click.pass_context
-def import_cmd(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
+def import_cmd(
+    ctx: click.Context, paths: tuple[Path, ...], as_json: bool, workers: int | None
+) -> None:
     """Import agent transcripts (files or directories, recursively)."""
-    from ledger.importer import discover, import_paths
+    from ledger.importer import auto_workers, discover, import_paths
 
     services = _services(ctx)
     files = discover(paths)
+    if workers is None:
+        workers = auto_workers(files)
     with click.progressbar(length=len(files), label="importing", file=sys.stderr) as bar:
-        summary = import_paths(services.ledger, files, progress=lambda _p: bar.update(1))
+        summary = import_paths(
+            services.ledger, files, progress=lambda _p: bar.update(1), workers=workers
+        )
     services.runner.catch_up()
     data = summary.as_dict()
     if as_json:
@@ -52,6 +65,7 @@ def import_cmd(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> No
         f"{data['files']} files: {data['sessions_added']} sessions added "
         f"({data['sessions_touched']} touched), {data['events_appended']} events appended, "
         f"{data['duplicates_skipped']} duplicates skipped, {data['rejected']} lines rejected"
+        + (f" ({data['processes']} processes)" if data["processes"] > 1 else "")  # type: ignore[operator]
     )
     for skipped in data["files_skipped"]:  # type: ignore[union-attr]
         click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)

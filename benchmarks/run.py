@@ -24,7 +24,7 @@ import psycopg
 
 from api.bootstrap import build
 from ledger.config import Settings
-from ledger.importer import import_paths
+from ledger.importer import auto_workers, discover, import_paths
 from projections.runner import PROJECTION_CLASSES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,26 +87,44 @@ def make_corpus(dest: Path, min_events: int) -> int:
     return k
 
 
-def store_run(corpus: Path, settings: Settings, min_events: int, tag: str) -> dict[str, float]:
-    """Import into an empty store; catch up all projections from empty views; rebuild each.
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have ended
+    (a parallel import's worker processes)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
-    Each rate is given twice: per second of wall time, and per second of this process's
-    CPU time (``:cpu``), which other load on a shared machine disturbs much less."""
-    services = build(settings)
+
+def store_run(
+    corpus: Path, settings: Settings, alone: Settings, min_events: int, tag: str
+) -> dict[str, float]:
+    """Import into an empty store as ``hookledger import`` does (``auto_workers``
+    processes) and, into a second empty store, in one process (``import:one_process``);
+    catch up all projections from empty views; rebuild all, then each.
+
+    Each rate is given twice: per second of wall time, and per second of CPU time of
+    this process and its import workers (``:cpu``), which other load on a shared machine
+    disturbs much less."""
     out: dict[str, float] = {}
 
     def timed(name: str, count: Callable[[], int], call: Callable[[], object]) -> None:
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         call()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         out[name], out[f"{name}:cpu"] = count() / wall, count() / cpu
 
     result: list[int] = []
-    timed("import", lambda: result[0],
-          lambda: result.append(import_paths(services.ledger, [corpus]).result.appended))
-    out["events"] = result[0]
-    if result[0] < min_events:
-        sys.exit(f"import appended {result[0]} events < {min_events}")
+    one = build(alone)
+    timed("import:one_process", lambda: result[-1],
+          lambda: result.append(import_paths(one.ledger, [corpus]).result.appended))
+    one.close()
+    services = build(settings)
+    workers = auto_workers(discover([corpus]))
+    timed("import", lambda: result[-1], lambda: result.append(
+        import_paths(services.ledger, [corpus], workers=workers).result.appended))
+    out["import_workers"] = workers
+    out["events"] = result[-1]
+    if min(result) < min_events or result[0] != result[1]:
+        sys.exit(f"imports appended {result} events (at least {min_events}, the same twice)")
     head = services.ledger.max_position()  # rates below are log positions per second
     timed("catch_up_all", lambda: head, services.runner.catch_up)  # all projections, empty views
     timed("rebuild:all", lambda: head, services.runner.rebuild)  # one pass, all projections
@@ -117,14 +135,17 @@ def store_run(corpus: Path, settings: Settings, min_events: int, tag: str) -> di
 
 
 def pg_run(corpus: Path, tmp: Path, min_events: int) -> dict[str, float]:
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    schemas = [f"bench_{uuid.uuid4().hex[:10]}" for _ in range(2)]
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
+        for schema in schemas:
+            conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        return store_run(corpus, Settings(tmp, PG_URL, schema), min_events, "postgres")
+        return store_run(corpus, Settings(tmp, PG_URL, schemas[0]),
+                         Settings(tmp, PG_URL, schemas[1]), min_events, "postgres")
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            for schema in schemas:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def hook_bodies(n: int, loop: int) -> Iterator[bytes]:
@@ -231,7 +252,8 @@ def main() -> None:
         except psycopg.Error:
             use_pg = False
         for r in range(args.repeats):
-            got = store_run(tmp / "corpus", Settings(tmp / f"s{r}"), args.min_events, "sqlite")
+            got = store_run(tmp / "corpus", Settings(tmp / f"s{r}"), Settings(tmp / f"a{r}"),
+                            args.min_events, "sqlite")
             if use_pg:
                 got |= pg_run(tmp / "corpus", tmp / f"p{r}", args.min_events)
             got |= hook_run(tmp / f"h{r}", args.hook_requests, args.senders)
@@ -243,6 +265,7 @@ def main() -> None:
     rows = [{"metric": m, "median": statistics.median(v), "runs": v, "target": TARGETS.get(m),
              "met": None if m not in TARGETS else statistics.median(v) >= TARGETS[m],
              "unit": "ms" if m.endswith("_ms") else "events" if m.endswith(":events")
+             else "processes" if m.endswith("import_workers")
              else "requests/s" if m.endswith("requests")
              else "events/CPU-s" if m.endswith(":cpu") else "events/s"}
             for m, v in runs.items()]

@@ -58,7 +58,11 @@ class RecordResult:
         self.sessions_created += other.sessions_created
         self.positions.extend(other.positions)
         self.appended_keys.extend(other.appended_keys)
-        self.sessions.extend(s for s in other.sessions if s not in self.sessions)
+        known = set(self.sessions)
+        for sid in other.sessions:
+            if sid not in known:
+                known.add(sid)
+                self.sessions.append(sid)
 
 
 class Ledger(Application[UUID]):
@@ -87,6 +91,9 @@ class Ledger(Application[UUID]):
                     "compress or encrypt them; unset it (use disk encryption for data at rest)"
                 )
         super().__init__(env)
+        self.store_env = dict(env or {})
+        """The ``env`` this ledger was opened with: another process opens the same
+        store with ``Ledger(store_env)`` (it inherits the process environment)."""
         self._write_lock = threading.RLock()
         self._listeners: list[Callable[[int], None]] = []
 
@@ -117,6 +124,16 @@ class Ledger(Application[UUID]):
         self._notify(recordings)
         self.notify(processing_event.events)  # deprecated no-op, called as the library does
         return recordings
+
+    def shared_store(self) -> bool:
+        """True when another process can open this ledger's event store with
+        ``Ledger(self.store_env)``: a SQLite file or a PostgreSQL database, not an
+        in-memory store."""
+        module = self.env.get("PERSISTENCE_MODULE") or ""
+        if module.endswith("postgres"):
+            return True
+        name = self.env.get("SQLITE_DBNAME") or ""
+        return module.endswith("sqlite") and ":memory:" not in name and "mode=memory" not in name
 
     def add_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(max_position)`` after every save of this process."""

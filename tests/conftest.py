@@ -8,6 +8,7 @@ answers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -44,11 +45,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "postgres backend: " + ("SKIPPED — " + _PG_SKIP if _PG_SKIP else f"on ({PG_URL})")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    """Settings for a fresh, empty store on the parametrised backend."""
-    if request.param == "sqlite":
-        yield Settings(tmp_path / "data")
+@contextlib.contextmanager
+def _fresh_store(backend: str, data_dir: Path) -> Iterator[Settings]:
+    if backend == "sqlite":
+        yield Settings(data_dir)
         return
     if _PG_SKIP:
         pytest.skip(_PG_SKIP)
@@ -58,10 +58,24 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setting
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     try:
-        yield Settings(tmp_path / "data", database_url=PG_URL, database_schema=schema)
+        yield Settings(data_dir, database_url=PG_URL, database_schema=schema)
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    """Settings for a fresh, empty store on the parametrised backend."""
+    with _fresh_store(request.param, tmp_path / "data") as fresh:
+        yield fresh
+
+
+@pytest.fixture
+def other_settings(settings: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """A second fresh, empty store on the same backend as ``settings``."""
+    with _fresh_store("postgres" if settings.is_postgres else "sqlite", tmp_path / "other") as fresh:
+        yield fresh
 
 
 @pytest.fixture
