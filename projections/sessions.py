@@ -15,6 +15,7 @@ the agent reported none), kept beside the computed cost, never mixed into it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ledger.lifecycle import ENDED_STATES, SessionStatus
@@ -114,7 +115,7 @@ class SessionsProjection(Projection):
             row["head_version"] = event.originator_version
             row["head_digest"] = event.digest
             row["head_position"] = position
-            row["last_recorded_at"] = iso(event.timestamp)
+            row["last_recorded_at"] = event.timestamp  # formatted in flush(), once a row
             if at is not None:
                 if row["started_at"] is None or at < row["started_at"]:
                     row["started_at"] = at
@@ -153,6 +154,17 @@ class SessionsProjection(Projection):
                     row["parent_tool_use_id"] = event.parent_tool_use_id
                 case _:
                     pass
+
+    def flush(self, rows: RowCache) -> None:
+        """Format each changed row's ``last_recorded_at`` (held as the last event's
+        datetime while a section is applied: one ``iso`` per row, not per event), then
+        write the section's changes."""
+        held = rows.rows["sessions"]
+        for key in rows.dirty["sessions"]:
+            row = held[key]
+            if isinstance(recorded := row["last_recorded_at"], datetime):
+                row["last_recorded_at"] = iso(recorded)
+        rows.flush()
 
     def _usage(self, rows: RowCache, row: dict[str, Any], position: int, e: Session.UsageRecorded) -> None:
         key = (row["id"], e.message_id)
