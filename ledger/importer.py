@@ -124,7 +124,12 @@ def _looks_like_claude(records: Iterable[Any]) -> bool:
 
 
 def parse_file(path: Path) -> Iterator[Observation | Rejected]:
-    """Observations and rejected lines of one file (raises ValueError if unknown)."""
+    """Observations and rejected lines of one file.
+
+    Raises:
+        ValueError: not a recognised agent file.
+        OSError: the file cannot be read.
+    """
     data = path.read_bytes()
     fmt = detect(path, data[: 1 << 20])
     source = str(path)
@@ -170,7 +175,8 @@ def import_paths(
     *,
     workers: int = 1,
 ) -> ImportSummary:
-    """Import every agent file under ``paths``; one bad file never stops the rest.
+    """Import every agent file under ``paths``; a file of no known format, or one that
+    cannot be read, is listed in ``skipped`` with the reason and never stops the rest.
 
     Facts of several files are recorded together, up to :data:`RECORD_BATCH` at a time
     (one ``Ledger.record`` call, so few transactions); each session's facts keep their
@@ -250,16 +256,20 @@ def _import_parallel(
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         running = {pool.submit(_import_task, env, task): task for task in tasks}
-        for done in as_completed(running):
-            part = done.result()
-            summary.files += part.files
-            summary.metadata_files += part.metadata_files
-            summary.skipped.extend(part.skipped)
-            summary.result.add(part.result)
-            summary.recorded_by |= part.recorded_by
-            if progress is not None:
-                for path in running[done]:
-                    progress(path)
+        try:
+            for done in as_completed(running):
+                part = done.result()
+                summary.files += part.files
+                summary.metadata_files += part.metadata_files
+                summary.skipped.extend(part.skipped)
+                summary.result.add(part.result)
+                summary.recorded_by |= part.recorded_by
+                if progress is not None:
+                    for path in running[done]:
+                        progress(path)
+        except BaseException:  # a worker failed, or Ctrl-C: start no further task
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     summary.skipped.sort()
     summary.result.positions.sort()
     summary.result.appended_keys.sort()
@@ -291,7 +301,7 @@ def _import(
         else:
             try:
                 batch.extend(parse_file(path))
-            except ValueError as e:
+            except (ValueError, OSError) as e:  # unknown format, unreadable file
                 summary.skipped.append((str(path), str(e)))
             else:
                 summary.files += 1

@@ -8,6 +8,7 @@ import json
 import os
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,20 @@ def test_workers_must_be_positive(settings: Settings) -> None:
             import_paths(services.ledger, [FIXTURES], workers=0)
     finally:
         services.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux /proc")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_unreadable_file_is_skipped_with_the_reason(settings: Settings, workers: int) -> None:
+    # /proc/self/mem is a file that read() refuses (EIO), even for root
+    services = build(settings)
+    try:
+        summary = import_paths(
+            services.ledger, [FIXTURES / "spotter-claude-transcripts", "/proc/self/mem"],
+            workers=workers,
+        )
+    finally:
+        services.close()
+    assert summary.skipped == [("/proc/self/mem", "[Errno 5] Input/output error")]
+    assert summary.files == len(discover([FIXTURES / "spotter-claude-transcripts"])) - summary.metadata_files
+    assert summary.result.appended > 0
