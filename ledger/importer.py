@@ -210,7 +210,14 @@ def auto_workers(files: Iterable[Path]) -> int:
     """Processes for importing ``files``: one per :data:`BYTES_PER_WORKER` of input, at
     most one per CPU and :data:`MAX_AUTO_WORKERS`; 1 for small inputs."""
     size = sum(f.stat().st_size for f in files)
-    return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS, size // BYTES_PER_WORKER))
+    return max(1, min(_usable_cpus(), MAX_AUTO_WORKERS, size // BYTES_PER_WORKER))
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity where the platform tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def unit_of(path: Path) -> Path:

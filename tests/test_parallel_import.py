@@ -14,7 +14,7 @@ import pytest
 
 from api.bootstrap import build
 from ledger.config import Settings
-from ledger.importer import _tasks, discover, import_paths, unit_of
+from ledger.importer import _tasks, auto_workers, discover, import_paths, unit_of
 from projections import queries
 
 from conftest import FIXTURES, cli
@@ -134,3 +134,16 @@ def test_an_unreadable_file_is_skipped_with_the_reason(settings: Settings, worke
     assert summary.skipped == [("/proc/self/mem", "[Errno 5] Input/output error")]
     assert summary.files == len(discover([FIXTURES / "spotter-claude-transcripts"])) - summary.metadata_files
     assert summary.result.appended > 0
+
+
+def test_auto_workers_grow_with_the_input_up_to_the_cpus(tmp_path: Path) -> None:
+    small = discover([FIXTURES / "spotter-claude-transcripts"])
+    assert auto_workers(small) == 1
+    big = []
+    for i in range(3):  # 3 × 8 MiB (sparse: only the size is read)
+        f = tmp_path / f"s{i}.jsonl"
+        with f.open("wb") as out:
+            out.truncate(8 << 20)
+        big.append(f)
+    assert auto_workers(big) == min(len(os.sched_getaffinity(0)), 3)
+    assert auto_workers(big * 3) == min(len(os.sched_getaffinity(0)), 4)  # at most 4
