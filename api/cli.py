@@ -36,10 +36,10 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=0),
     default=None,
-    help="Processes that record in parallel, whole directories each (default: one per "
-    "8 MiB of input, at most one per CPU and 4).",
+    help="Processes that parse files while this one records, in the same order "
+    "(0: parse here; default: 1 for 8 MiB of input or more on two CPUs or more, else 0).",
 )
 @click.pass_context
 def import_cmd(
@@ -65,7 +65,7 @@ def import_cmd(
         f"{data['files']} files: {data['sessions_added']} sessions added "
         f"({data['sessions_touched']} touched), {data['events_appended']} events appended, "
         f"{data['duplicates_skipped']} duplicates skipped, {data['rejected']} lines rejected"
-        + (f" ({data['processes']} processes)" if data["processes"] > 1 else "")  # type: ignore[operator]
+        + (f" (parsed by {data['parse_processes']} worker process(es))" if workers else "")
     )
     for skipped in data["files_skipped"]:  # type: ignore[union-attr]
         click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)

@@ -98,11 +98,12 @@ def store_run(
     corpus: Path, settings: Settings, alone: Settings, min_events: int, tag: str
 ) -> dict[str, float]:
     """Import into an empty store as ``hookledger import`` does (``auto_workers``
-    processes) and, into a second empty store, in one process (``import:one_process``);
+    parsing processes beside this one) and, into a second empty store, in this process
+    alone (``import:one_process``);
     catch up all projections from empty views; rebuild all, then each.
 
     Each rate is given twice: per second of wall time, and per second of CPU time of
-    this process and its import workers (``:cpu``), which other load on a shared machine
+    this process and its import worker (``:cpu``), which other load on a shared machine
     disturbs much less."""
     out: dict[str, float] = {}
 
@@ -265,7 +266,7 @@ def main() -> None:
     rows = [{"metric": m, "median": statistics.median(v), "runs": v, "target": TARGETS.get(m),
              "met": None if m not in TARGETS else statistics.median(v) >= TARGETS[m],
              "unit": "ms" if m.endswith("_ms") else "events" if m.endswith(":events")
-             else "processes" if m.endswith("import_workers")
+             else "workers" if m.endswith("import_workers")
              else "requests/s" if m.endswith("requests")
              else "events/CPU-s" if m.endswith(":cpu") else "events/s"}
             for m, v in runs.items()]

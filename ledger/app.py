@@ -91,9 +91,6 @@ class Ledger(Application[UUID]):
                     "compress or encrypt them; unset it (use disk encryption for data at rest)"
                 )
         super().__init__(env)
-        self.store_env = dict(env or {})
-        """The ``env`` this ledger was opened with: another process opens the same
-        store with ``Ledger(store_env)`` (it inherits the process environment)."""
         self._write_lock = threading.RLock()
         self._listeners: list[Callable[[int], None]] = []
 
@@ -124,16 +121,6 @@ class Ledger(Application[UUID]):
         self._notify(recordings)
         self.notify(processing_event.events)  # deprecated no-op, called as the library does
         return recordings
-
-    def shared_store(self) -> bool:
-        """True when another process can open this ledger's event store with
-        ``Ledger(self.store_env)``: a SQLite file or a PostgreSQL database, not an
-        in-memory store."""
-        module = self.env.get("PERSISTENCE_MODULE") or ""
-        if module.endswith("postgres"):
-            return True
-        name = self.env.get("SQLITE_DBNAME") or ""
-        return module.endswith("sqlite") and ":memory:" not in name and "mode=memory" not in name
 
     def add_listener(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(max_position)`` after every save of this process."""

@@ -4,24 +4,25 @@ Files are read whole, parsed by the source module of their format and recorded w
 :meth:`ledger.app.Ledger.record`; re-importing a file appends nothing (idempotency
 keys), and a grown file appends only what is new.
 
-A large import can run in several processes (``workers``), each recording whole
-directories (:func:`unit_of`) into the same event store: parsing, privacy and the
-aggregates' decisions are CPU-bound Python, so a second process nearly doubles the
-rate on two cores (docs/benchmarks.md). Each session's facts keep their file order;
-only the interleaving of different directories' sessions in the log differs from a
-one-process import. Two processes that still touch one session are reconciled by the
-ledger's optimistic concurrency (:meth:`ledger.app.Ledger.record`).
+A large import parses in worker processes (``workers``) while this process records:
+reading, parsing and privacy at capture are about 40 % of an import's CPU, so on two
+cores they overlap with recording (docs/benchmarks.md). The workers parse files in the
+order they were found and this process records them in that order, so the log is the
+same as without workers, position for position. Only this process writes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import multiprocessing
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -31,16 +32,15 @@ from ledger.observation import Observation, Rejected
 from ledger.sources import agent_files, claude_transcript, stream_formats
 
 SUFFIXES = (".jsonl", ".json")
-RECORD_BATCH = 20_000
-"""Facts recorded per ``Ledger.record`` call during an import."""
-BYTES_PER_WORKER = 8 << 20
-"""``auto_workers`` adds a process per this many bytes of input (8 MiB, ~5k events:
-about what one process imports in the time a second one takes to start)."""
-MAX_AUTO_WORKERS = 4
-"""``auto_workers`` never starts more than this many (they share one store's writes)."""
-TASKS_PER_WORKER = 8
-"""A parallel import splits the input into about this many tasks per process, so the
-processes finish together and the progress callback advances during the import."""
+AUTO_WORKERS_BYTES = 8 << 20
+"""``auto_workers`` starts a parsing process for inputs of at least this many bytes
+(8 MiB, ~5k events: about what one process imports in the time a worker takes to
+start)."""
+RECORD_BYTES = 2 << 20
+"""An import records the facts of consecutive files of about this many bytes (2 MiB,
+~1,300 facts) in one ``Ledger.record`` call: one task of a parsing worker."""
+TASKS_AHEAD = 3
+"""Tasks per worker parsed ahead of the recording (bounds the memory held)."""
 
 
 @dataclass
@@ -49,8 +49,8 @@ class ImportSummary:
     metadata_files: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     result: RecordResult = field(default_factory=RecordResult)
-    recorded_by: set[int] = field(default_factory=set)
-    """Process ids of the processes that recorded (this one, or the workers)."""
+    parsed_by: set[int] = field(default_factory=set)
+    """Process ids of the processes that parsed the files (this one, or the workers)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -62,7 +62,7 @@ class ImportSummary:
             "duplicates_skipped": self.result.duplicates,
             "rejected": self.result.rejected,
             "files_skipped": [{"path": p, "reason": r} for p, r in self.skipped],
-            "processes": len(self.recorded_by),
+            "parse_processes": len(self.parsed_by),
         }
 
 
@@ -173,44 +173,51 @@ def import_paths(
     paths: Iterable[str | Path],
     progress: Callable[[Path], None] | None = None,
     *,
-    workers: int = 1,
+    workers: int = 0,
 ) -> ImportSummary:
     """Import every agent file under ``paths``; a file of no known format, or one that
     cannot be read, is listed in ``skipped`` with the reason and never stops the rest.
 
-    Facts of several files are recorded together, up to :data:`RECORD_BATCH` at a time
-    (one ``Ledger.record`` call, so few transactions); each session's facts keep their
-    file order. ``progress(path)`` is called once per file, after it was recorded.
+    The files are read in the order they were found (:func:`discover`); the facts of
+    each run of about :data:`RECORD_BYTES` of files are recorded together (one
+    ``Ledger.record`` call, so few transactions). ``progress(path)`` is called once per
+    file, after its run was recorded.
 
-    ``workers`` > 1 records in that many processes (spawned, each opening the store with
-    ``Ledger(ledger.store_env)``), whole directories each (:func:`unit_of`); the read
-    models come out the same as from one process. An in-memory store, or a single
-    directory of input, is imported in this process. :func:`auto_workers` picks a
-    number from the size of the input.
+    ``workers`` > 0 parses the runs in that many spawned processes (not forked: this
+    process may hold threads and open connections) while this one records them; the
+    log comes out the same, position for position. :func:`auto_workers` picks the
+    number from the input's size.
 
     Raises:
         FileNotFoundError: a path does not exist.
-        ValueError: ``workers`` < 1.
-        Whatever the event store raises (a worker's error is raised here).
+        ValueError: ``workers`` < 0.
+        Whatever the event store raises.
     """
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, not {workers}")
+    if workers < 0:
+        raise ValueError(f"workers must be 0 or more, not {workers}")
     files = discover(paths)
     summary = ImportSummary()
-    tasks = _tasks(files, workers) if workers > 1 and ledger.shared_store() else []
-    if len(tasks) > 1:
-        _import_parallel(ledger.store_env, tasks, min(workers, len(tasks)), summary, progress)
-    else:
-        with gc_paused():
-            _import(ledger, files, summary, progress)
+    with gc_paused():
+        if workers and len(files) > 1:
+            runs: Iterable[list[ParsedFile]] = _parsed_by_workers(files, workers)
+        else:
+            runs = map(_parse_task, _tasks(files))
+        for run in runs:
+            _record(ledger, run, summary, progress)
     return summary
 
 
 def auto_workers(files: Iterable[Path]) -> int:
-    """Processes for importing ``files``: one per :data:`BYTES_PER_WORKER` of input, at
-    most one per CPU and :data:`MAX_AUTO_WORKERS`; 1 for small inputs."""
-    size = sum(f.stat().st_size for f in files)
-    return max(1, min(_usable_cpus(), MAX_AUTO_WORKERS, size // BYTES_PER_WORKER))
+    """Parsing processes for importing ``files``: 1 when they hold at least
+    :data:`AUTO_WORKERS_BYTES` and this process may run on two CPUs or more, else 0.
+    One is enough: recording, in this process, takes longer than parsing."""
+    if _usable_cpus() < 2:
+        return 0
+    size = 0
+    for f in files:
+        with contextlib.suppress(OSError):  # gone since it was found: skipped later
+            size += f.stat().st_size
+    return 1 if size >= AUTO_WORKERS_BYTES else 0
 
 
 def _usable_cpus() -> int:
@@ -220,102 +227,93 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def unit_of(path: Path) -> Path:
-    """The directory whose files one worker of a parallel import records together: the
-    file's directory, or for a Claude Code subagent transcript
-    (``<project>/<session>/subagents/agent-*.jsonl``) its session's project directory.
-    Agents keep a session's files, and the sessions that resume one another, in one
-    directory (Claude Code: one per project; Codex: one per day; Gemini CLI: one per
-    project), so one session is recorded by one process."""
-    parent = path.parent
-    return parent.parent.parent if parent.name == "subagents" else parent
+class ParsedFile(NamedTuple):
+    """What was read from one file: its facts, or why it was skipped (facts read before
+    the error are kept), and the process that parsed it."""
+
+    path: Path
+    facts: list[Observation | Rejected]
+    skipped: str | None
+    metadata: bool
+    parsed_by: int
 
 
-def _tasks(files: list[Path], workers: int) -> list[list[Path]]:
-    """``files`` cut into tasks of whole units (:func:`unit_of`) of about
-    1/(``workers`` × :data:`TASKS_PER_WORKER`) of the input each; files keep their
-    order within a unit."""
-    units: dict[Path, list[Path]] = {}
+def _parse(path: Path) -> ParsedFile:
+    pid = os.getpid()
+    if path.name.endswith(".meta.json"):  # read with its agent-*.jsonl (agentType)
+        return ParsedFile(path, [], None, True, pid)
+    facts: list[Observation | Rejected] = []
+    try:
+        facts.extend(parse_file(path))
+    except (ValueError, OSError) as e:  # unknown format, unreadable file
+        return ParsedFile(path, facts, str(e), False, pid)
+    return ParsedFile(path, facts, None, False, pid)
+
+
+def _parse_task(paths: list[Path]) -> list[ParsedFile]:
+    """A worker's task: parse ``paths``, in order."""
+    with gc_paused():
+        return [_parse(p) for p in paths]
+
+
+def _tasks(files: list[Path]) -> Iterator[list[Path]]:
+    """``files`` in order, cut into runs of about :data:`RECORD_BYTES`."""
+    task: list[Path] = []
+    size = 0
     for f in files:
-        units.setdefault(unit_of(f), []).append(f)
-    sizes = {u: sum(f.stat().st_size for f in fs) for u, fs in units.items()}
-    share = sum(sizes.values()) / (workers * TASKS_PER_WORKER)
-    tasks: list[list[Path]] = []
-    size = share
-    for unit, unit_files in units.items():  # discover order: tasks cover adjacent units
-        if size >= share:
-            tasks.append([])
-            size = 0
-        tasks[-1].extend(unit_files)
-        size += sizes[unit]
-    return tasks
+        task.append(f)
+        with contextlib.suppress(OSError):  # unreadable: the worker says why
+            size += f.stat().st_size
+        if size >= RECORD_BYTES:
+            yield task
+            task, size = [], 0
+    if task:
+        yield task
 
 
-def _import_parallel(
-    env: dict[str, str],
-    tasks: list[list[Path]],
-    workers: int,
-    summary: ImportSummary,
-    progress: Callable[[Path], None] | None,
-) -> None:
-    """Run ``tasks`` in ``workers`` spawned processes (not forked: this process may
-    hold threads and open connections) and merge what they did into ``summary``."""
+def _parsed_by_workers(files: list[Path], workers: int) -> Iterator[list[ParsedFile]]:
+    """Each run of :func:`_tasks` parsed in one of ``workers`` spawned processes, in
+    order; up to :data:`TASKS_AHEAD` runs per worker are parsed ahead of the consumer.
+    A worker's error is raised here; an error in the consumer, or Ctrl-C, cancels the
+    runs not yet started."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        running = {pool.submit(_import_task, env, task): task for task in tasks}
+        tasks = _tasks(files)
+        ahead: deque[Future[list[ParsedFile]]] = deque(
+            pool.submit(_parse_task, task)
+            for task in itertools.islice(tasks, workers * TASKS_AHEAD)
+        )
         try:
-            for done in as_completed(running):
-                part = done.result()
-                summary.files += part.files
-                summary.metadata_files += part.metadata_files
-                summary.skipped.extend(part.skipped)
-                summary.result.add(part.result)
-                summary.recorded_by |= part.recorded_by
-                if progress is not None:
-                    for path in running[done]:
-                        progress(path)
-        except BaseException:  # a worker failed, or Ctrl-C: start no further task
+            while ahead:
+                done = ahead.popleft().result()
+                for task in itertools.islice(tasks, 1):  # one more, if any
+                    ahead.append(pool.submit(_parse_task, task))
+                yield done
+        except BaseException:  # also GeneratorExit: the consumer stopped
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    summary.skipped.sort()
-    summary.result.positions.sort()
-    summary.result.appended_keys.sort()
 
 
-def _import_task(env: dict[str, str], files: list[Path]) -> ImportSummary:
-    """One task of a parallel import, in a worker process."""
-    ledger = Ledger(env)
-    try:
-        summary = ImportSummary()
-        with gc_paused():
-            _import(ledger, files, summary, None)
-        return summary
-    finally:
-        ledger.close()
-
-
-def _import(
+def _record(
     ledger: Ledger,
-    files: list[Path],
+    run: list[ParsedFile],
     summary: ImportSummary,
     progress: Callable[[Path], None] | None,
 ) -> None:
-    summary.recorded_by.add(os.getpid())
+    """Record the facts of one run of files together."""
     batch: list[Observation | Rejected] = []
-    for path in files:
-        if path.name.endswith(".meta.json"):
-            summary.metadata_files += 1  # read with its agent-*.jsonl (agentType)
+    for f in run:
+        summary.parsed_by.add(f.parsed_by)
+        if f.metadata:
+            summary.metadata_files += 1
+            continue
+        batch.extend(f.facts)
+        if f.skipped is None:
+            summary.files += 1
         else:
-            try:
-                batch.extend(parse_file(path))
-            except (ValueError, OSError) as e:  # unknown format, unreadable file
-                summary.skipped.append((str(path), str(e)))
-            else:
-                summary.files += 1
-            if len(batch) >= RECORD_BATCH:
-                summary.result.add(ledger.record(batch))
-                batch = []
-        if progress is not None:
-            progress(path)
+            summary.skipped.append((str(f.path), f.skipped))
     if batch:
         summary.result.add(ledger.record(batch))
+    if progress is not None:
+        for f in run:
+            progress(f.path)
