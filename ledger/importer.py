@@ -38,9 +38,9 @@ AUTO_WORKERS_BYTES = 8 << 20
 start)."""
 RECORD_BYTES = 2 << 20
 """An import records the facts of consecutive files of about this many bytes (2 MiB,
-~1,300 facts) in one ``Ledger.record`` call: one task of a parsing worker."""
-TASKS_AHEAD = 3
-"""Tasks per worker parsed ahead of the recording (bounds the memory held)."""
+~1,300 facts) in one ``Ledger.record`` call; a parsing worker parses a run at a time."""
+RUNS_AHEAD = 3
+"""Runs per worker parsed ahead of the recording (bounds the memory held)."""
 
 
 @dataclass
@@ -201,7 +201,7 @@ def import_paths(
         if workers and len(files) > 1:
             runs: Iterable[list[ParsedFile]] = _parsed_by_workers(files, workers)
         else:
-            runs = map(_parse_task, _tasks(files))
+            runs = map(_parse_run, _runs(files))
         for run in runs:
             _record(ledger, run, summary, progress)
     return summary
@@ -250,44 +250,44 @@ def _parse(path: Path) -> ParsedFile:
     return ParsedFile(path, facts, None, False, pid)
 
 
-def _parse_task(paths: list[Path]) -> list[ParsedFile]:
-    """A worker's task: parse ``paths``, in order."""
+def _parse_run(paths: list[Path]) -> list[ParsedFile]:
+    """Parse one run of files, in order (in a worker, or here)."""
     with gc_paused():
         return [_parse(p) for p in paths]
 
 
-def _tasks(files: list[Path]) -> Iterator[list[Path]]:
+def _runs(files: list[Path]) -> Iterator[list[Path]]:
     """``files`` in order, cut into runs of about :data:`RECORD_BYTES`."""
-    task: list[Path] = []
+    run: list[Path] = []
     size = 0
     for f in files:
-        task.append(f)
+        run.append(f)
         with contextlib.suppress(OSError):  # unreadable: the worker says why
             size += f.stat().st_size
         if size >= RECORD_BYTES:
-            yield task
-            task, size = [], 0
-    if task:
-        yield task
+            yield run
+            run, size = [], 0
+    if run:
+        yield run
 
 
 def _parsed_by_workers(files: list[Path], workers: int) -> Iterator[list[ParsedFile]]:
-    """Each run of :func:`_tasks` parsed in one of ``workers`` spawned processes, in
-    order; up to :data:`TASKS_AHEAD` runs per worker are parsed ahead of the consumer.
+    """Each run of :func:`_runs` parsed in one of ``workers`` spawned processes, in
+    order; up to :data:`RUNS_AHEAD` runs per worker are parsed ahead of the consumer.
     A worker's error is raised here; an error in the consumer, or Ctrl-C, cancels the
     runs not yet started."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        tasks = _tasks(files)
+        runs = _runs(files)
         ahead: deque[Future[list[ParsedFile]]] = deque(
-            pool.submit(_parse_task, task)
-            for task in itertools.islice(tasks, workers * TASKS_AHEAD)
+            pool.submit(_parse_run, run)
+            for run in itertools.islice(runs, workers * RUNS_AHEAD)
         )
         try:
             while ahead:
                 done = ahead.popleft().result()
-                for task in itertools.islice(tasks, 1):  # one more, if any
-                    ahead.append(pool.submit(_parse_task, task))
+                for run in itertools.islice(runs, 1):  # one more, if any
+                    ahead.append(pool.submit(_parse_run, run))
                 yield done
         except BaseException:  # also GeneratorExit: the consumer stopped
             pool.shutdown(wait=True, cancel_futures=True)

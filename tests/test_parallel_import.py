@@ -14,7 +14,7 @@ import pytest
 
 from api.bootstrap import build
 from ledger.config import Settings
-from ledger.importer import _tasks, auto_workers, discover, import_paths
+from ledger.importer import _runs, auto_workers, discover, import_paths
 from projections import queries
 
 from conftest import FIXTURES, cli
@@ -91,11 +91,11 @@ def test_a_second_import_with_workers_appends_nothing(settings: Settings) -> Non
     assert json.loads(cli(settings, "stats", "--json").stdout)["events"] == first["events_appended"]
 
 
-def test_tasks_keep_the_files_in_order() -> None:
+def test_runs_keep_the_files_in_order() -> None:
     files = discover([FIXTURES])
-    tasks = list(_tasks(files))
-    assert len(tasks) > 2
-    assert [f for t in tasks for f in t] == files
+    runs = list(_runs(files))
+    assert len(runs) > 2
+    assert [f for r in runs for f in r] == files
 
 
 def test_workers_must_not_be_negative(settings: Settings) -> None:
