@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -92,11 +93,11 @@ class Observation:
         """Pickled as the constructor's arguments (an import's parsing workers send
         observations to the recording process): a third cheaper to load than the
         slots dataclass's default state, field by field."""
-        return Observation, (
-            self.session, self.kind, self.key, self.data, self.source_format,
-            self.source_version, self.occurred_at, self.raw, self.record_key,
-            self.alias_keys, self.after_prompt, self.redactions, self.extra,
-        )
+        return Observation, _observation_fields(self)
+
+
+_observation_fields = operator.attrgetter(*(f.name for f in fields(Observation)))
+"""Every field of an :class:`Observation`, in constructor order."""
 
 
 @dataclass(slots=True)

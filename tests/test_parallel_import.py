@@ -4,8 +4,10 @@ itself; this process stays the only writer."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pickle
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 from api.bootstrap import build
 from ledger.config import Settings
 from ledger.importer import _runs, auto_workers, discover, import_paths
+from ledger.observation import Observation, SessionRef
 from projections import queries
 
 from conftest import FIXTURES, cli
@@ -133,3 +136,23 @@ def test_auto_workers_parse_aside_only_large_inputs(tmp_path: Path) -> None:
     can = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else True
     assert auto_workers([big]) == (1 if can else 0)
     assert auto_workers([tmp_path / "gone.jsonl"]) == 0  # vanished since discovery: no error
+
+
+def test_an_observation_crosses_processes_whole() -> None:
+    # workers send observations pickled; every field must come back, also one added later
+    values = {
+        "session": SessionRef("claude-code", "s-1", "p-1", "general", "/w"),
+        "kind": "PromptSubmitted",
+        "occurred_at": datetime(2026, 1, 2, tzinfo=UTC),
+        "raw": b'{"a": 1}',
+        "alias_keys": ("k2",),
+        "redactions": ({"kind": "private_tag"},),
+        "data": {"prompt": "hi"},
+        "extra": {"x": 1},
+    }
+    sent = Observation(**{
+        f.name: values.get(f.name, f"{f.name}-value") for f in dataclasses.fields(Observation)
+    })
+    got = pickle.loads(pickle.dumps(sent, protocol=pickle.HIGHEST_PROTOCOL))
+    for f in dataclasses.fields(Observation):
+        assert getattr(got, f.name) == getattr(sent, f.name), f.name
