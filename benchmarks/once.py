@@ -2,16 +2,18 @@
 directory — for A/B runs of two commits at the same moment on a noisy machine:
 
     .venv/bin/python benchmarks/once.py /tmp/corpus            # builds the corpus if missing
+    .venv/bin/python benchmarks/once.py /tmp/corpus --workers 1   # one parsing worker
     git worktree add /tmp/old <commit>
     (cd /tmp/old && PYTHONPATH=. /work/main/.venv/bin/python /work/main/benchmarks/once.py /tmp/corpus)
 
-Prints events appended, import events/s and events per CPU-second of this process (less
-disturbed by other load than wall time) with its user and system seconds, and catch-up
-(all projections) events/s.
+Prints events appended, import events/s and events per CPU-second of this process and
+its ended children, the import's parsing workers (less disturbed by other load than wall
+time), with the user and system seconds of each, and catch-up (all projections) events/s.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -27,7 +29,11 @@ from ledger.importer import import_paths
 
 
 def main() -> None:
-    corpus = Path(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus", type=Path)
+    ap.add_argument("--workers", type=int, default=0, help="parsing processes (import_paths)")
+    args = ap.parse_args()
+    corpus = args.corpus
     if not corpus.exists():
         sys.path.insert(0, str(Path(__file__).parent))
         import run
@@ -36,17 +42,21 @@ def main() -> None:
     data = Path(tempfile.mkdtemp())
     try:
         services = build(Settings(data))
-        t, cpu, times = time.perf_counter(), time.process_time(), os.times()
-        appended = import_paths(services.ledger, [corpus]).result.appended
-        imported, imported_cpu = time.perf_counter() - t, time.process_time() - cpu
-        user, system = os.times().user - times.user, os.times().system - times.system
+        t, before = time.perf_counter(), os.times()
+        appended = import_paths(services.ledger, [corpus], workers=args.workers).result.appended
+        imported, after = time.perf_counter() - t, os.times()
+        user, system = after.user - before.user, after.system - before.system
+        child_user = after.children_user - before.children_user
+        child_system = after.children_system - before.children_system
+        imported_cpu = user + system + child_user + child_system
         t = time.perf_counter()
         services.runner.catch_up()
         caught_up = time.perf_counter() - t
         services.close()
         print(
             f"{appended} events: import {appended / imported:,.0f}/s"
-            f" ({appended / imported_cpu:,.0f}/CPU-s; user {user:.2f} s, system {system:.2f} s),"
+            f" ({appended / imported_cpu:,.0f}/CPU-s; user {user:.2f} s, system {system:.2f} s,"
+            f" workers {child_user:.2f} s + {child_system:.2f} s),"
             f" catch-up {appended / caught_up:,.0f}/s"
         )
     finally:
