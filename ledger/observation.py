@@ -93,11 +93,13 @@ class Observation:
         """Pickled as the constructor's arguments (an import's parsing workers send
         observations to the recording process): a third cheaper to load than the
         slots dataclass's default state, field by field."""
-        return Observation, _observation_fields(self)
+        return Observation, _fields_of()(self)
 
 
-_observation_fields = operator.attrgetter(*(f.name for f in fields(Observation)))
-"""Every field of an :class:`Observation`, in constructor order."""
+@functools.cache
+def _fields_of() -> operator.attrgetter[tuple[Any, ...]]:
+    """A getter of every field of an :class:`Observation`, in constructor order."""
+    return operator.attrgetter(*(f.name for f in fields(Observation)))
 
 
 @dataclass(slots=True)
