@@ -67,7 +67,8 @@ class Background:
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        services.ledger.add_listener(lambda _pos: self.wake.set())
+        if projection_process is None:  # an append means new work for this thread
+            services.ledger.add_listener(lambda _pos: self.wake.set())
         self.thread = threading.Thread(target=self._run, name="hookledger-background", daemon=True)
 
     def _run(self) -> None:

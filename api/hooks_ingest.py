@@ -29,12 +29,12 @@ Both paths parse in their own thread/task and record through one
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from datetime import UTC, datetime
 
 import anyio
+import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -132,15 +132,13 @@ class HookIngest:
             items, error = await anyio.to_thread.run_sync(
                 lambda: parse_hook_body(agent, body, key, at, edge)
             )
-        r = await asyncio.wrap_future(self.writer.submit(items))
+        r = await self.writer.answer(items)
         if error is not None:
             status = 404 if agent not in HOOK_PARSERS else 400
-            return JSONResponse(
-                {"error": error, "rejected": True, "positions": r.positions}, status
-            )
-        return JSONResponse(
+            return _json({"error": error, "rejected": True, "positions": r.positions}, status)
+        return _json(
             {"appended": r.appended, "duplicates": r.duplicates, "positions": r.positions,
-             "sessions": [str(s) for s in r.sessions]},
+             "sessions": r.sessions},
             202,
         )
 
@@ -165,6 +163,12 @@ class HookIngest:
              "rejected": r.rejected, "positions": r.positions},
             202,
         )
+
+
+def _json(content: dict, status: int) -> Response:
+    """``content`` as a JSON response, encoded by orjson (UUIDs as strings); what
+    ``JSONResponse`` sends, at a third of its cost per hook answer."""
+    return Response(orjson.dumps(content), status, media_type="application/json")
 
 
 def _edge_redactions(request: Request, key: str) -> list[dict] | None:

@@ -1,7 +1,7 @@
 """Group commit: one writer thread records many hook bodies per :meth:`Ledger.record`.
 
-Each ``POST /v1/hooks/{agent}`` (and each journal chunk) parses its body in its own
-thread, then :meth:`GroupWriter.submit` queues the items and returns a future. The
+Each ``POST /v1/hooks/{agent}`` parses its body and awaits :meth:`GroupWriter.answer`;
+each journal chunk calls :meth:`GroupWriter.submit`, which returns a future. The
 writer takes everything queued (up to ``max_items``), records it with ONE
 ``Ledger.record`` call (one transaction per call once the ledger saves all sessions
 together) and answers each submitter with its own share of the result: the log
@@ -9,12 +9,18 @@ positions of the events whose idempotency key came from its items (an event the
 aggregate derived, such as ``SessionOpened``, goes to the first submitter that
 touched its stream). Duplicates count per submitter.
 
+Submissions awaited on an event loop are answered with one
+``call_soon_threadsafe`` per loop and group, not one per submission (each is a write to
+the loop's wake-up pipe).
+
 If a grouped call raises, each submission is recorded again on its own, so one bad
 submission never fails the others (observations are idempotent, nothing doubles).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Sequence
@@ -31,7 +37,12 @@ Item = Observation | Rejected
 @dataclass
 class _Submission:
     items: Sequence[Item]
-    future: Future[RecordResult] = field(default_factory=Future)
+    future: Future[RecordResult] | asyncio.Future[RecordResult] = field(default_factory=Future)
+    loop: asyncio.AbstractEventLoop | None = None
+    """Set when ``future`` is an asyncio future of this loop."""
+
+
+Outcome = tuple[_Submission, RecordResult | None, BaseException | None]
 
 
 class GroupWriter:
@@ -68,10 +79,22 @@ class GroupWriter:
         :class:`RecordResult` or the exception recording raised."""
         sub = _Submission(items)
         if not self._started:
-            self._answer_alone(sub)
+            self._deliver([self._alone(sub)])
         else:
             self._queue.put(sub)
         return sub.future
+
+    async def answer(self, items: Sequence[Item]) -> RecordResult:
+        """``submit`` from a coroutine: this submission's :class:`RecordResult`, or the
+        exception recording raised. Cheaper than ``asyncio.wrap_future(submit(...))``:
+        the writer answers a group's submissions of one loop with a single wake-up."""
+        loop = asyncio.get_running_loop()
+        sub = _Submission(items, loop.create_future(), loop)
+        if not self._started:
+            self._deliver([self._alone(sub)])
+        else:
+            self._queue.put(sub)
+        return await sub.future
 
     def record(self, items: Sequence[Item]) -> RecordResult:
         """``submit`` and wait."""
@@ -105,23 +128,39 @@ class GroupWriter:
         self.groups += 1
         self.submissions += len(group)
         if len(group) == 1:
-            self._answer_alone(group[0])
+            self._deliver([self._alone(group[0])])
             return
         try:
             result = self.ledger.record([i for sub in group for i in sub.items])
             shares = self._split(group, result)
         except Exception:
-            for sub in group:
-                self._answer_alone(sub)
+            self._deliver([self._alone(sub) for sub in group])
             return
-        for sub, share in zip(group, shares, strict=True):
-            sub.future.set_result(share)
+        self._deliver([(sub, share, None) for sub, share in zip(group, shares, strict=True)])
 
-    def _answer_alone(self, sub: _Submission) -> None:
+    def _alone(self, sub: _Submission) -> Outcome:
         try:
-            sub.future.set_result(self.ledger.record(sub.items))
+            return sub, self.ledger.record(sub.items), None
         except Exception as e:
-            sub.future.set_exception(e)
+            return sub, None, e
+
+    @staticmethod
+    def _deliver(outcomes: list[Outcome]) -> None:
+        """Set each submission's future: directly for ``submit``'s futures, through one
+        ``call_soon_threadsafe`` per event loop for ``answer``'s."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+        for outcome in outcomes:
+            sub = outcome[0]
+            if sub.loop is None:
+                _settle([outcome])
+            else:
+                by_loop.setdefault(sub.loop, []).append(outcome)
+        for loop, answers in by_loop.items():
+            if loop is _running_loop():
+                _settle(answers)
+                continue
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                loop.call_soon_threadsafe(_settle, answers)
 
     def _split(self, group: list[_Submission], result: RecordResult) -> list[RecordResult]:
         """Each submission's share of one grouped result, by the idempotency keys of the
@@ -155,3 +194,21 @@ class GroupWriter:
                 1 for i in sub.items if isinstance(i, Observation) and i.key not in keys
             )
         return shares
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _settle(outcomes: list[Outcome]) -> None:
+    """Set each future (one its waiter has cancelled stays cancelled)."""
+    for sub, result, error in outcomes:
+        if sub.future.done():
+            continue
+        if error is not None:
+            sub.future.set_exception(error)
+        else:
+            sub.future.set_result(result)  # type: ignore[arg-type]

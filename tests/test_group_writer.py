@@ -3,13 +3,17 @@ exactly its own events (checked against the log itself, on both backends)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
 import httpx
+import orjson
 
 from api.bootstrap import build
 from ledger.config import Settings
+from ledger.ingest import parse_hook_body
+from ledger.writer import GroupWriter
 
 from conftest import FIXTURES, Server
 
@@ -76,3 +80,64 @@ def test_each_concurrent_post_gets_exactly_its_own_positions(
         sum("opened" in {log[p][1].event_key for p in a["positions"]} for a in answers.values())
         == 1
     )
+
+
+def _hook_items(n: int, prefix: str) -> list:
+    return parse_hook_body("claude-code", orjson.dumps(PAYLOADS[n]), f"{prefix}-{n}")[0]
+
+
+def test_answer_on_an_event_loop_gives_each_coroutine_its_own_result(settings: Settings) -> None:
+    """``GroupWriter.answer`` (what the POST route awaits): 24 coroutines on one loop,
+    one of them submitting something ``Ledger.record`` cannot record and one cancelled
+    while waiting. Each other coroutine gets exactly its own event; the bad submission's
+    error reaches only its own awaiter; the cancelled one's hook is still recorded."""
+    services = build(settings)
+    writer = GroupWriter(services.ledger)
+    writer.start()
+
+    async def main() -> tuple[list[object], int]:
+        tasks = [asyncio.ensure_future(writer.answer(_hook_items(n, "answer"))) for n in range(24)]
+        bad = asyncio.ensure_future(writer.answer([object()]))  # type: ignore[list-item]
+        cancelled = asyncio.ensure_future(writer.answer(_hook_items(24, "answer")))
+        await asyncio.sleep(0)  # every submission is queued
+        cancelled.cancel()
+        results = await asyncio.gather(*tasks, bad, return_exceptions=True)
+        return results, len(asyncio.all_tasks())
+
+    try:
+        results, still_running = asyncio.run(main())
+    finally:
+        writer.close()
+    try:
+        log = {
+            note.id: services.ledger.mapper.to_domain_event(note).event_key
+            for note in services.ledger.recorder.select_notifications(1, 10_000)
+        }
+    finally:
+        services.close()
+
+    assert still_running == 1  # only main(): no answer left pending
+    *good, error = results
+    assert isinstance(error, Exception), error
+    claimed = [p for r in good for p in r.positions]  # type: ignore[attr-defined]
+    assert len(claimed) == len(set(claimed))
+    for n, r in enumerate(good):
+        keys = {log[p] for p in r.positions}  # type: ignore[attr-defined]
+        assert f"hook:answer-{n}" in keys, (n, keys)
+        assert keys <= {f"hook:answer-{n}", "opened"}
+    assert "hook:answer-24" in log.values()  # recorded although nobody awaited it
+    assert set(log) - set(claimed) == {p for p, k in log.items() if k == "hook:answer-24"}
+
+
+def test_answer_without_a_running_writer_records_in_the_callers_thread(
+    settings: Settings,
+) -> None:
+    services = build(settings)
+    writer = GroupWriter(services.ledger)  # not started
+    try:
+        result = asyncio.run(writer.answer(_hook_items(0, "alone")))
+        assert result.appended >= 1
+        assert writer.groups == 0
+        assert services.ledger.max_position() == max(result.positions)
+    finally:
+        services.close()
