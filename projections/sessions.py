@@ -15,7 +15,7 @@ the agent reported none), kept beside the computed cost, never mixed into it.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ledger.lifecycle import ENDED_STATES, SessionStatus
@@ -44,8 +44,18 @@ _CASES = (
     Session.LinkedToParent,
 )
 """The classes :meth:`SessionsProjection.apply_all` has a case for."""
+_TIMES = ("started_at", "last_activity_at", "last_recorded_at")
+_SPAN = ("started_at", "last_activity_at")
 _HAS_CASE: dict[type, bool] = {}
 """Event class -> whether it is one of :data:`_CASES` (the match is skipped when not)."""
+
+
+def _as_datetimes(row: dict[str, Any]) -> None:
+    """A stored row's ``started_at`` and ``last_activity_at`` as datetimes (they are
+    compared with each event's time while a section is applied)."""
+    for column in _SPAN:
+        if type(value := row[column]) is str:
+            row[column] = datetime.fromisoformat(value)
 
 
 class SessionsProjection(Projection):
@@ -76,8 +86,10 @@ class SessionsProjection(Projection):
             key = (sid,)
             # Session times follow the source's clock only (summaries and snapshots carry
             # none); queries fall back to the ledger's clock for a session with no source
-            # time.
-            at = iso(event.occurred_at)
+            # time. Held as datetimes while a section is applied (see flush()).
+            at = event.occurred_at
+            if at is not None and at.tzinfo is None:  # naive: UTC, as iso() takes it
+                at = at.replace(tzinfo=UTC)
             if isinstance(event, Session.Opened):
                 row: dict[str, Any] = {
                     "id": sid,
@@ -109,7 +121,9 @@ class SessionsProjection(Projection):
                     version = event.originator_version
                     raise LookupError(f"session {sid}: event v{version} before Opened")
                 row = found
-                dirty.add(key)
+                if key not in dirty:
+                    _as_datetimes(row)
+                    dirty.add(key)
             row["status"] = _STATUS[event.status]
             row["event_count"] += 1
             row["head_version"] = event.originator_version
@@ -142,7 +156,7 @@ class SessionsProjection(Projection):
                 case Session.Started() if event.model:
                     row["model"] = event.model
                 case Session.Ended() | Session.RunEnded():
-                    row["ended_at"] = at or event_time(event)
+                    row["ended_at"] = iso(at) or event_time(event)
                 case Session.Reopened():
                     row["ended_at"] = None
                 case Session.TimedOut():  # lifecycle: ended at its last activity
@@ -156,14 +170,18 @@ class SessionsProjection(Projection):
                     pass
 
     def flush(self, rows: RowCache) -> None:
-        """Format each changed row's ``last_recorded_at`` (held as the last event's
-        datetime while a section is applied: one ``iso`` per row, not per event), then
-        write the section's changes."""
+        """Format each changed row's times, then write the section's changes.
+
+        While a section is applied, ``started_at`` and ``last_activity_at`` (the min and
+        max of the source's times) and ``last_recorded_at`` are held as datetimes: one
+        ``iso`` per changed row, not per event. ``iso`` keeps the order of the times it
+        formats, so the min and max are those of the formatted strings, as before."""
         held = rows.rows["sessions"]
         for key in rows.dirty["sessions"]:
             row = held[key]
-            if isinstance(recorded := row["last_recorded_at"], datetime):
-                row["last_recorded_at"] = iso(recorded)
+            for column in _TIMES:
+                if isinstance(value := row[column], datetime):
+                    row[column] = iso(value)
         rows.flush()
 
     def _usage(self, rows: RowCache, row: dict[str, Any], position: int, e: Session.UsageRecorded) -> None:
