@@ -19,7 +19,10 @@
    same harness against a bare Starlette route that only reads the body (the floor the
    harness itself sets); the same payloads ``--batch`` per ``POST /v1/journal`` request
    (what a remote hook forwards); and, for comparison, one per request by 8 threads to
-   a real ``hookledger serve`` over TCP.
+   a real ``hookledger serve`` over TCP. ``post_in_process*_cpu_us``: this process's CPU
+   (user + system) per request while the in-process senders ran. ``--tmp /dev/shm``
+   puts the stores on tmpfs, where a commit's fsync costs nothing: the difference to a
+   run on disk is what waiting for the disk costs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -365,13 +369,18 @@ def post_ingest(tmp: Path, n: int, senders: int, batch: int, process: bool) -> d
         services = build(Settings(tmp / f"post-in-process{suffix}"), cache_size=1024)
         try:
             app = create_app(services, projection_process=process)
+            before = resource.getrusage(resource.RUSAGE_SELF)
             dt = asyncio.run(_post_in_process(app, bodies, senders, client=client))
+            after = resource.getrusage(resource.RUSAGE_SELF)
             keys = count_tool_keys(services)
         finally:
             services.close()
         if keys != n:
             raise RuntimeError(f"POST lost events: {keys} for {n}")
         out[f"post_in_process{suffix}_per_s"] = n / dt
+        # CPU of this process (server and in-process senders) per request, user + system
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        out[f"post_in_process{suffix}_cpu_us"] = 1e6 * cpu / n
 
     # POST /v1/journal: ``batch`` payloads per request, framed as the spool journal
     # (what a remote hook forwards); events/s = distinct tool-call events in the log.
@@ -436,9 +445,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=200,
                     help="hook payloads per POST /v1/journal request")
     ap.add_argument("--only", choices=["hot", "visible", "journal", "post"], default=None)
+    ap.add_argument("--tmp", type=Path, default=None,
+                    help="where the stores are made (default: the system's temp dir); "
+                         "e.g. /dev/shm to take the disk's fsync out of the measurement")
     args = ap.parse_args()
     results: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as d:
         tmp = Path(d)
         if args.only in (None, "hot"):
             results |= hot_path(tmp / "hot", args.invocations)
