@@ -208,6 +208,8 @@ def _settle(outcomes: list[Outcome]) -> None:
     for sub, result, error in outcomes:
         if sub.future.done():
             continue
+        if isinstance(error, StopIteration):  # an asyncio future refuses it (TypeError)
+            error = RuntimeError(f"recording raised {error!r}")
         if error is not None:
             sub.future.set_exception(error)
         else:
