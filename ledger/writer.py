@@ -59,29 +59,43 @@ class GroupWriter:
         self._queue: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="hookledger-writer", daemon=True)
         self._started = False
+        self._gate = threading.Lock()
+        """Held while checking ``_started`` and queueing, and while ``close`` puts the
+        stop sentinel: nothing is queued behind the sentinel, where no one would answer
+        it."""
         self.groups = 0
         self.submissions = 0
 
     def start(self) -> None:
-        if not self._started:
-            self._started = True
-            self._thread.start()
+        with self._gate:
+            if not self._started:
+                self._started = True
+                self._thread.start()
 
     def close(self) -> None:
-        """Finish what is queued, then stop the thread."""
-        if self._started:
-            self._queue.put(None)
-            self._thread.join()
+        """Finish what is queued, then stop the thread. A submission that arrives from
+        now on is recorded in its caller's thread (the ledger's write lock orders it)."""
+        with self._gate:
+            if not self._started:
+                return
             self._started = False
+            self._queue.put(None)
+        self._thread.join()
+
+    def _enqueue(self, sub: _Submission) -> bool:
+        """Queue ``sub`` for the writer thread; False when it is not running."""
+        with self._gate:
+            if self._started:
+                self._queue.put(sub)
+                return True
+        return False
 
     def submit(self, items: Sequence[Item]) -> Future[RecordResult]:
         """Queue ``items`` (one hook body's worth); the future gives this submission's
         :class:`RecordResult` or the exception recording raised."""
         sub = _Submission(items)
-        if not self._started:
+        if not self._enqueue(sub):
             self._deliver([self._alone(sub)])
-        else:
-            self._queue.put(sub)
         return sub.future
 
     async def answer(self, items: Sequence[Item]) -> RecordResult:
@@ -90,10 +104,8 @@ class GroupWriter:
         the writer answers a group's submissions of one loop with a single wake-up."""
         loop = asyncio.get_running_loop()
         sub = _Submission(items, loop.create_future(), loop)
-        if not self._started:
+        if not self._enqueue(sub):
             self._deliver([self._alone(sub)])
-        else:
-            self._queue.put(sub)
         return await sub.future
 
     def record(self, items: Sequence[Item]) -> RecordResult:

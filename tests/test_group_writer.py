@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import httpx
 import orjson
@@ -147,3 +148,44 @@ def test_answer_without_a_running_writer_records_in_the_callers_thread(
         assert services.ledger.max_position() == max(result.positions)
     finally:
         services.close()
+
+
+def test_submissions_racing_close_are_all_answered_and_recorded(settings: Settings) -> None:
+    """``close`` while four threads keep submitting (what a ``POST /v1/journal`` worker
+    thread can do during shutdown): every submission is answered, none waits forever
+    behind the stop sentinel, and each hook is in the log once."""
+    services = build(settings)
+    writer = GroupWriter(services.ledger)
+    writer.start()
+    answered: list[int] = []
+    failures: list[BaseException] = []
+    started = threading.Barrier(5)
+
+    def send(worker: int) -> None:
+        started.wait()
+        for n in range(worker, len(PAYLOADS), 4):
+            try:
+                answered.append(len(writer.submit(_hook_items(n, "closing")).result(timeout=30).positions))
+            except BaseException as e:  # reported below
+                failures.append(e)
+
+    threads = [threading.Thread(target=send, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    started.wait()
+    while len(answered) < 8 and not failures and any(t.is_alive() for t in threads):
+        time.sleep(0.001)  # close while the senders are in full flow
+    writer.close()
+    for t in threads:
+        t.join()
+    try:
+        keys = [
+            services.ledger.mapper.to_domain_event(note).event_key
+            for note in services.ledger.recorder.select_notifications(1, 10_000)
+        ]
+    finally:
+        services.close()
+    assert failures == []
+    assert len(answered) == len(PAYLOADS)
+    hook_keys = [k for k in keys if k.startswith("hook:closing-")]
+    assert sorted(hook_keys) == sorted(f"hook:closing-{n}" for n in range(len(PAYLOADS)))
