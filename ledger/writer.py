@@ -95,7 +95,7 @@ class GroupWriter:
         :class:`RecordResult` or the exception recording raised."""
         sub = _Submission(items)
         if not self._enqueue(sub):
-            self._deliver([self._alone(sub)])
+            _settle([self._alone(sub)])
         return sub.future
 
     async def answer(self, items: Sequence[Item]) -> RecordResult:
@@ -105,7 +105,7 @@ class GroupWriter:
         loop = asyncio.get_running_loop()
         sub = _Submission(items, loop.create_future(), loop)
         if not self._enqueue(sub):
-            self._deliver([self._alone(sub)])
+            _settle([self._alone(sub)])  # on its own loop's thread: set it directly
         return await sub.future
 
     def record(self, items: Sequence[Item]) -> RecordResult:
@@ -158,8 +158,9 @@ class GroupWriter:
 
     @staticmethod
     def _deliver(outcomes: list[Outcome]) -> None:
-        """Set each submission's future: directly for ``submit``'s futures, through one
-        ``call_soon_threadsafe`` per event loop for ``answer``'s."""
+        """Set each submission's future, from the writer thread: directly for
+        ``submit``'s futures, through one ``call_soon_threadsafe`` per event loop for
+        ``answer``'s."""
         by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
         for outcome in outcomes:
             sub = outcome[0]
@@ -168,9 +169,6 @@ class GroupWriter:
             else:
                 by_loop.setdefault(sub.loop, []).append(outcome)
         for loop, answers in by_loop.items():
-            if loop is _running_loop():
-                _settle(answers)
-                continue
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
                 loop.call_soon_threadsafe(_settle, answers)
 
@@ -206,13 +204,6 @@ class GroupWriter:
                 1 for i in sub.items if isinstance(i, Observation) and i.key not in keys
             )
         return shares
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _settle(outcomes: list[Outcome]) -> None:
