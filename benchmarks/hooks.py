@@ -20,7 +20,9 @@
    harness itself sets); the same payloads ``--batch`` per ``POST /v1/journal`` request
    (what a remote hook forwards); and, for comparison, one per request by 8 threads to
    a real ``hookledger serve`` over TCP. ``post_in_process*_cpu_us``: this process's CPU
-   (user + system) per request while the in-process senders ran. ``--tmp /dev/shm``
+   (user + system) per request while the in-process senders ran; ``*_loop_cpu_us``: the
+   event-loop thread's share (senders, route, parse, answer), the rest being mostly the
+   group writer's. ``--tmp /dev/shm``
    puts the stores on tmpfs, where a commit's fsync costs nothing: the difference to a
    run on disk is what waiting for the disk costs.
 """
@@ -369,9 +371,9 @@ def post_ingest(tmp: Path, n: int, senders: int, batch: int, process: bool) -> d
         services = build(Settings(tmp / f"post-in-process{suffix}"), cache_size=1024)
         try:
             app = create_app(services, projection_process=process)
-            before = resource.getrusage(resource.RUSAGE_SELF)
+            before, loop_before = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
             dt = asyncio.run(_post_in_process(app, bodies, senders, client=client))
-            after = resource.getrusage(resource.RUSAGE_SELF)
+            after, loop_cpu = resource.getrusage(resource.RUSAGE_SELF), time.thread_time() - loop_before
             keys = count_tool_keys(services)
         finally:
             services.close()
@@ -381,6 +383,9 @@ def post_ingest(tmp: Path, n: int, senders: int, batch: int, process: bool) -> d
         # CPU of this process (server and in-process senders) per request, user + system
         cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
         out[f"post_in_process{suffix}_cpu_us"] = 1e6 * cpu / n
+        # of it, the event-loop thread's (senders, route, parse, answer); the rest is
+        # mostly the group writer thread's
+        out[f"post_in_process{suffix}_loop_cpu_us"] = 1e6 * loop_cpu / n
 
     # POST /v1/journal: ``batch`` payloads per request, framed as the spool journal
     # (what a remote hook forwards); events/s = distinct tool-call events in the log.

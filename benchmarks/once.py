@@ -3,12 +3,14 @@ directory — for A/B runs of two commits at the same moment on a noisy machine:
 
     .venv/bin/python benchmarks/once.py /tmp/corpus            # builds the corpus if missing
     .venv/bin/python benchmarks/once.py /tmp/corpus --workers 1   # one parsing worker
+    .venv/bin/python benchmarks/once.py /tmp/corpus --rebuild sessions   # then one rebuild
     git worktree add /tmp/old <commit>
     (cd /tmp/old && PYTHONPATH=. /work/main/.venv/bin/python /work/main/benchmarks/once.py /tmp/corpus)
 
 Prints events appended, import events/s and events per CPU-second of this process and
 its ended children, the import's parsing workers (less disturbed by other load than wall
-time), with the user and system seconds of each, and catch-up (all projections) events/s.
+time), with the user and system seconds of each, catch-up (all projections) events/s, and
+with ``--rebuild NAME`` the events/s of rebuilding that projection.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", type=Path)
     ap.add_argument("--workers", type=int, default=0, help="parsing processes (import_paths)")
+    ap.add_argument("--rebuild", metavar="NAME", action="append", default=[],
+                    help="then time `projections rebuild NAME` (repeatable)")
     args = ap.parse_args()
     corpus = args.corpus
     if not corpus.exists():
@@ -52,12 +56,17 @@ def main() -> None:
         t = time.perf_counter()
         services.runner.catch_up()
         caught_up = time.perf_counter() - t
+        rebuilt = []
+        for name in args.rebuild:
+            t = time.perf_counter()
+            services.runner.rebuild(name)
+            rebuilt.append(f", rebuild {name} {appended / (time.perf_counter() - t):,.0f}/s")
         services.close()
         print(
             f"{appended} events: import {appended / imported:,.0f}/s"
             f" ({appended / imported_cpu:,.0f}/CPU-s; user {user:.2f} s, system {system:.2f} s,"
             f" workers {child_user:.2f} s + {child_system:.2f} s),"
-            f" catch-up {appended / caught_up:,.0f}/s"
+            f" catch-up {appended / caught_up:,.0f}/s" + "".join(rebuilt)
         )
     finally:
         shutil.rmtree(data)
