@@ -41,6 +41,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.privacy import strip_private_text
@@ -243,7 +244,7 @@ class _Recorder:
 
     def _detect(self, line: bytes) -> str | None:
         try:
-            rec = orjson.loads(line)
+            rec = jsontext.loads(line)
         except orjson.JSONDecodeError:
             return None
         fmt = stream_formats.detect_records([rec])

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.gcpause import gc_paused
 from ledger.observation import Observation, Rejected
@@ -67,16 +68,43 @@ class ImportSummary:
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
-    """Files under ``paths`` (recursively for directories) with a known suffix, sorted."""
+    """Files under ``paths`` (recursively for directories) with a known suffix, sorted,
+    each once, as normalised absolute paths (``os.path.abspath``; symlinks are kept as
+    given): a file's path names the quarantine stream of its rejected lines
+    (:func:`ledger.quarantine.quarantine_id`), so ``./x.jsonl`` and ``/home/me/x.jsonl``
+    must be one name, or a re-import under the other spelling would append its rejected
+    lines again."""
     found: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found.extend(f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in SUFFIXES)
+            root = Path(os.path.abspath(p))
+            found.extend(f for f in sorted(root.rglob("*")) if f.is_file() and f.suffix in SUFFIXES)
         elif p.is_file():
-            found.append(p)
+            found.append(Path(os.path.abspath(p)))
         else:
             raise FileNotFoundError(f"no such file or directory: {p}")
-    return found
+    return list(dict.fromkeys(found))
+
+
+HEAD_BYTES = 1 << 20
+HEAD_LINES = 32
+
+
+def detection_head(path: Path, data: bytes) -> bytes:
+    """What :func:`detect` reads of a file's ``data``. A JSONL file: its first
+    :data:`HEAD_BYTES` bytes, or more, to the end of its first :data:`HEAD_LINES` lines,
+    so a transcript whose first records are larger than that (a prompt with a pasted
+    screenshot) is still recognised by them. Any other file: all of it (a JSON document
+    is parsed whole anyway)."""
+    if path.suffix != ".jsonl" or len(data) <= HEAD_BYTES:
+        return data
+    end = 0
+    for _ in range(HEAD_LINES):
+        nl = data.find(b"\n", end)
+        if nl < 0:
+            return data
+        end = nl + 1
+    return data[: max(HEAD_BYTES, end)]
 
 
 def detect(path: Path, head: bytes) -> str | None:
@@ -103,7 +131,7 @@ _CLAUDE_TYPES = {"user", "assistant", "system", "summary", "progress", "file-his
 def _objects(lines: Iterable[bytes]) -> Iterator[Any]:
     for line in lines:
         try:
-            yield orjson.loads(line)
+            yield jsontext.loads(line)
         except orjson.JSONDecodeError:
             continue
 
@@ -131,7 +159,7 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
         OSError: the file cannot be read.
     """
     data = path.read_bytes()
-    fmt = detect(path, data[: 1 << 20])
+    fmt = detect(path, detection_head(path, data))
     source = str(path)
     if fmt in agent_files.FORMATS:
         yield from agent_files.parse(fmt, path, data)
@@ -143,7 +171,7 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
         yield from claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
     elif fmt == "claude-code.transcript-array":
         try:
-            records = orjson.loads(data)
+            records = jsontext.loads(data)
         except orjson.JSONDecodeError as e:
             fmt_name = claude_transcript.SOURCE_FORMAT
             yield Rejected(source, "file", f"not valid JSON: {e}", data, "claude-code", fmt_name)
@@ -162,7 +190,7 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
 def _meta_agent_type(meta: Path) -> str | None:
     """``agentType`` from a subagent's ``agent-<id>.meta.json`` (CC 2.1), if present."""
     try:
-        value = orjson.loads(meta.read_bytes()).get("agentType")
+        value = jsontext.loads(meta.read_bytes()).get("agentType")
     except (OSError, orjson.JSONDecodeError, AttributeError):
         return None
     return value if isinstance(value, str) else None

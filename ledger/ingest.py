@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import orjson
 
+from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected
 from ledger.sources import claude_hooks, codex_hooks, cursor_hooks, gemini_hooks, openclaw_hooks
@@ -56,7 +57,7 @@ def parse_edge_redactions(text: str | bytes) -> list[dict]:
     if len(text) > MAX_EDGE_REDACTIONS_BYTES:
         raise EdgeRedactionsError(f"longer than {MAX_EDGE_REDACTIONS_BYTES} bytes")
     try:
-        value = orjson.loads(text)
+        value = jsontext.loads(text)
     except orjson.JSONDecodeError as e:
         raise EdgeRedactionsError(f"not JSON: {e}") from None
     return check_edge_redactions(value)
@@ -130,7 +131,7 @@ def parse_hook_body(
         reason = f"body larger than {MAX_BODY_BYTES} bytes"
         return _reject(source, capture_key, reason, body, agent, edge)
     try:
-        payload = orjson.loads(body)
+        payload = jsontext.loads(body)
     except orjson.JSONDecodeError as e:
         reason = f"not valid JSON: {e}"
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from api.bootstrap import Services
-from ledger.importer import import_paths
+from ledger.importer import HEAD_BYTES, import_paths
 from projections import queries
 
 import ccusage_ref
@@ -144,3 +144,41 @@ def test_non_transcript_json_arrays_are_skipped_with_a_reason_not_rejected(
     summary = import_paths(services.ledger, [tmp_path / "records.json"])
     assert summary.files == 0 and summary.result.rejected == 0
     assert [reason for _, reason in summary.skipped] == ["a JSON array that is not a Claude Code transcript"]
+
+
+def test_files_whose_first_records_are_over_a_mib_are_recognised(
+    services: Services, tmp_path: Path
+) -> None:
+    # A first prompt with a pasted screenshot: one JSONL line larger than the part of a
+    # file format detection used to read (1 MiB) hid the whole transcript ("not a
+    # recognised agent transcript").
+    original = FIXTURES / "agentcmd-claude-transcripts" / "user-image.jsonl"
+    image = b"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    assert original.read_bytes().count(image) == 1
+    big = tmp_path / "user-image.jsonl"
+    big.write_bytes(original.read_bytes().replace(image, b"A" * (HEAD_BYTES + 4096)))
+    # A stream-json array larger than that part was cut before parsing, then skipped.
+    stream = FIXTURES / "claude-code-action-stream-json" / "sample-turns.json"
+    records = json.loads(stream.read_text())
+    records[0]["padding"] = "x" * (HEAD_BYTES + 4096)
+    big_stream = tmp_path / "sample-turns.json"
+    big_stream.write_text(json.dumps(records, indent=2))
+
+    sessions = _import(services, big, big_stream)
+    assert set(sessions) == {"bb32e6fc-9893-4839-b1de-646fdb1437d1", "sample-session-id"}
+    assert sessions["bb32e6fc-9893-4839-b1de-646fdb1437d1"]["prompt_count"] == 1
+    assert sessions["sample-session-id"]["tool_call_count"] >= 1
+
+
+def test_reimport_under_another_spelling_of_the_path_appends_nothing(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a rejected line's quarantine stream is named by its file's path: a relative or
+    # non-normalised spelling must name the same stream as the absolute one
+    folder = FIXTURES / "claude-code-log-fixtures"
+    first = import_paths(services.ledger, [folder])
+    assert first.result.rejected > 0
+    monkeypatch.chdir(folder.parent)
+    again = import_paths(services.ledger, [folder.name, f"./{folder.name}/../{folder.name}"])
+    assert again.files == first.files  # each file once
+    assert again.result.appended == 0

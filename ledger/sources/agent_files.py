@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Observation, Rejected
 from ledger.sources import cursor_transcript, gemini_chat, openclaw_transcript
 
@@ -81,6 +82,6 @@ def parse(fmt: str, path: Path, data: bytes) -> Iterator[Observation | Rejected]
 def _objects(lines: list[bytes]) -> Iterator[Any]:
     for line in lines:
         try:
-            yield orjson.loads(line)
+            yield jsontext.loads(line)
         except orjson.JSONDecodeError:
             continue

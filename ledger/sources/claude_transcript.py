@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.claude_common import (
@@ -102,7 +103,7 @@ class TranscriptParser:
 
     def feed_line(self, line: bytes, location: str) -> Iterator[Observation | Rejected]:
         try:
-            rec = orjson.loads(line)
+            rec = jsontext.loads(line)
         except orjson.JSONDecodeError as e:
             reason = f"not valid JSON: {e}"
             try:

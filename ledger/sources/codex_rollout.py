@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
@@ -366,7 +367,7 @@ def _maybe_json(value: Any) -> Any:
     """Codex writes tool arguments and outputs as JSON strings; decode them when they are."""
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
-            return orjson.loads(value)
+            return jsontext.loads(value)
         except orjson.JSONDecodeError:
             return value
     return value

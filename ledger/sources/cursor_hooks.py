@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Observation, SessionRef
 from ledger.privacy import strip_private
 from ledger.sources.adapter_kit import (
@@ -251,7 +252,7 @@ def _json_or_text(value: Any) -> Any:
     """``tool_output`` is a JSON string: decode it when it is JSON, else keep the text."""
     if isinstance(value, str):
         try:
-            return orjson.loads(value)
+            return jsontext.loads(value)
         except orjson.JSONDecodeError:
             return value
     return value

@@ -45,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import (
@@ -115,7 +116,7 @@ def parse_document(data: bytes, source: str, fallback_id: str) -> Iterator[Obser
     has no ``sessionId``. Raises ValueError for a JSON value that is no Gemini chat.
     """
     try:
-        doc = orjson.loads(data)
+        doc = jsontext.loads(data)
     except orjson.JSONDecodeError as e:
         yield Rejected(source, "file", f"not valid JSON: {e}", data, AGENT, SOURCE_FORMAT)
         return
@@ -144,7 +145,7 @@ def parse_jsonl(
         if not line.strip():
             continue
         try:
-            rec = orjson.loads(line)
+            rec = jsontext.loads(line)
         except orjson.JSONDecodeError as e:
             yield Rejected(
                 source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT_JSONL

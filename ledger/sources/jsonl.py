@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Rejected
 from ledger.privacy import may_hold_private, strip_private
 
@@ -31,7 +32,7 @@ def decode(
 ) -> Decoded | Rejected:
     """Decode one JSONL line; a line that is not UTF-8 JSON or not an object is rejected."""
     try:
-        rec = orjson.loads(line)
+        rec = jsontext.loads(line)
     except orjson.JSONDecodeError as e:
         reason = f"not valid JSON: {e}"
         try:

@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import (
@@ -74,7 +75,7 @@ def parse_records(
         if not line.strip():
             continue
         try:
-            rec = orjson.loads(line)
+            rec = jsontext.loads(line)
         except orjson.JSONDecodeError as e:
             yield Rejected(
                 source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from ledger import jsontext
 from ledger.observation import Observation, Rejected
 from ledger.sources import claude_stream, codex_exec, codex_rollout
 
@@ -42,7 +43,7 @@ def detect(path: Path, head: bytes) -> str | None:
         return detect_records(_objects(complete[:_HEAD_LINES]))
     if head.lstrip()[:1] in (b"[", b"{"):
         try:
-            records = orjson.loads(head)
+            records = jsontext.loads(head)
         except orjson.JSONDecodeError:
             return None
         records = [records] if isinstance(records, dict) else records
@@ -81,7 +82,7 @@ def parse(fmt: str, path: Path, data: bytes) -> Iterator[Observation | Rejected]
         yield from claude_stream.parse_records(data.split(b"\n"), source)
     else:
         try:
-            records = orjson.loads(data)
+            records = jsontext.loads(data)
         except orjson.JSONDecodeError as e:
             yield Rejected(
                 source,
@@ -100,7 +101,7 @@ def _objects(lines: list[bytes]) -> list[Any]:
     out = []
     for line in lines:
         try:
-            out.append(orjson.loads(line))
+            out.append(jsontext.loads(line))
         except orjson.JSONDecodeError:
             continue
     return out

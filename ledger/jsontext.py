@@ -1,0 +1,62 @@
+"""Decoding JSON text from agents: orjson, and the standard library for the one thing
+orjson refuses that JSON's grammar allows.
+
+RFC 8259 §8.2 lets a string hold a ``\\uD800``–``\\uDFFF`` escape without its pair.
+JavaScript writes one when it cuts a string in the middle of an emoji (a tool output
+truncated by length, ``JSON.stringify`` of the rest), so Claude Code's transcripts and
+hook payloads can carry them. orjson rejects such text ("no low surrogate in string");
+:func:`loads` then reads it with :mod:`json` and puts U+FFFD (the replacement
+character) in place of each unpaired surrogate, which no UTF-8 text can hold. An
+event whose raw record is the source line itself (transcript and stream lines) keeps
+the escape there as written; one whose raw record is the decoded value (a hook
+payload) holds U+FFFD there too.
+
+Every other failure is orjson's, unchanged: what the fallback would accept beyond
+orjson (``NaN``, ``Infinity``) is refused, and when the fallback fails too, orjson's
+error is raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """The JSON value of ``data`` (UTF-8 bytes or text).
+
+    Raises:
+        orjson.JSONDecodeError: ``data`` is not JSON text (a ``ValueError``): orjson's
+            error, also when the fallback for unpaired surrogates fails.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        if "surrogate" not in str(e):
+            raise
+        try:
+            text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+            value = json.loads(text, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            raise e from None
+        return _scrub(value)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with every unpaired surrogate in its strings (keys too) as U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value

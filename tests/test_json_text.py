@@ -1,0 +1,73 @@
+"""Unpaired UTF-16 surrogate escapes (``\\ud83d`` alone: what JavaScript writes when it
+cuts a string inside an emoji) are valid JSON text. A record holding one is read, with
+U+FFFD in the string, never rejected (:mod:`ledger.jsontext`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from api.bootstrap import Services
+from ledger import jsontext
+from ledger.config import Settings
+from ledger.ingest import parse_hook_body
+from ledger.session import Session
+
+from conftest import FIXTURES, cli
+
+CUT = rb"cut inside an emoji \ud83d"
+
+
+def test_unpaired_surrogates_are_read_as_replacement_characters() -> None:
+    assert jsontext.loads(rb'{"a":"cut \ud83d"}') == {"a": "cut \ufffd"}
+    assert jsontext.loads(rb'["\ude00x", {"\ud800": [1, "\udfff"]}]') == ["\ufffdx", {"\ufffd": [1, "\ufffd"]}]
+    assert jsontext.loads(r'"\ud83d\ude00 \ud83d"') == "\U0001f600 \ufffd"  # a pair stays one character
+    assert jsontext.loads(rb'"\\ud83d"') == "\\ud83d"  # an escaped backslash: no escape at all
+
+
+def test_every_other_error_is_orjsons() -> None:
+    for bad in (rb'{"b": "\ud83d", "a": NaN}', rb'{"a": "\ud83d"', rb'{"a": "\ud83d" "b"}'):
+        with pytest.raises(orjson.JSONDecodeError, match="surrogate"):
+            jsontext.loads(bad)
+    with pytest.raises(orjson.JSONDecodeError):
+        jsontext.loads(b'{"a": "\\ud83d", "b": "\xff"}')
+    with pytest.raises(orjson.JSONDecodeError, match="unexpected character"):
+        jsontext.loads(b"{not json")
+
+
+def test_a_transcript_line_with_an_unpaired_surrogate_is_imported(
+    settings: Settings, other_settings: Settings, tmp_path: Path
+) -> None:
+    original = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    data = original.read_bytes()
+    assert data.count(b'"input":{') >= 1
+    cut = tmp_path / "short.jsonl"
+    cut.write_bytes(data.replace(b'"input":{', b'"input":{"note":"' + CUT + b'",', 1))
+    cli(settings, "import", str(original))
+    cli(other_settings, "import", str(cut))
+    before = json.loads(cli(settings, "stats", "--json").stdout)
+    after = json.loads(cli(other_settings, "stats", "--json").stdout)
+    assert after["rejected"] == 0
+    assert after["events"] == before["events"]
+    assert (after["prompts"], after["tool_calls"]) == (before["prompts"], before["tool_calls"])
+    shown = cli(other_settings, "show", json.loads(cli(other_settings, "sessions", "--json").stdout)[0]["id"], "--json")
+    assert "cut inside an emoji \ufffd" in shown.stdout.decode()
+
+
+def test_a_hook_payload_with_an_unpaired_surrogate_is_recorded(services: Services) -> None:
+    payload = json.loads((FIXTURES / "coorp-serverless-plugins-hook-logs" / "user_prompt_submit.json").read_text())[1]
+    body = json.dumps(payload).replace('"prompt": "', '"prompt": "' + CUT.decode() + " ", 1).encode()
+    assert CUT in body
+    items, error = parse_hook_body("claude-code", body, "capture-1")
+    assert error is None
+    result = services.ledger.record(items)
+    assert result.appended >= 1 and result.rejected == 0
+    prompts = [
+        e for _, e in services.ledger.read_log(0, 100) if isinstance(e, Session.PromptSubmitted)
+    ]
+    assert len(prompts) == 1
+    assert prompts[0].text.startswith("cut inside an emoji \ufffd ")
+    assert "cut inside an emoji \ufffd" in prompts[0].raw  # a hook's raw record is the decoded payload
