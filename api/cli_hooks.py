@@ -50,7 +50,8 @@ def install_hooks(ctx: click.Context, agent: str, scope: str, url: str | None) -
 @click.command("uninstall-hooks")
 @click.argument("agent", type=click.Choice(AGENTS))
 @click.option("--scope", type=click.Choice(SCOPES), default="user", show_default=True)
-@click.option("--url", default=None, help="The --url given to install-hooks, if any.")
+@click.option("--url", default=None,
+              help="Ignored: hooks installed with any --url are removed.")
 @click.pass_context
 def uninstall_hooks(ctx: click.Context, agent: str, scope: str, url: str | None) -> None:
     """Remove exactly the hooks install-hooks added (restoring the original file)."""
@@ -70,7 +71,9 @@ def uninstall_hooks(ctx: click.Context, agent: str, scope: str, url: str | None)
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--url", default=None, help="Server URL (default: HOOKLEDGER_URL or :8765).")
+@click.option("--url", default=None,
+              help="Server URL (default: the one install-hooks --url wrote, else "
+                   "HOOKLEDGER_URL, else :8765).")
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     """Check: hooks installed, server reachable, spool empty. Exit 1 if any is not."""
@@ -80,6 +83,7 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
         EVENTS,
         SettingsError,
         installed_events,
+        installed_urls,
         load_settings,
         settings_path,
     )
@@ -88,19 +92,26 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
 
     command = _command(ctx, None)
     report: dict[str, Any] = {"hooks": {}, "command": command}
+    baked: list[str] = []
     for scope in SCOPES:
         path = settings_path(scope)
         try:
-            events = installed_events(load_settings(path)[1], command)
+            value = load_settings(path)[1]
+            events = installed_events(value, command)
         except (SettingsError, OSError) as e:
             events, report["hooks"][scope] = [], {"path": str(path), "error": str(e)}
             continue
+        urls = installed_urls(value, command)
+        baked += urls
         report["hooks"][scope] = {
             "path": str(path), "events": events, "missing": [e for e in EVENTS if e not in events],
+            "urls": urls,
         }
     hooks_ok = any(not h.get("missing", EVENTS) for h in report["hooks"].values())
 
-    target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
+    # the server the hooks send to: --url, else the one install-hooks --url baked in
+    target = (url or (baked[0] if baked else None) or os.environ.get("HOOKLEDGER_URL")
+              or DEFAULT_URL).rstrip("/")
     try:
         with urllib.request.urlopen(target + "/healthz", timeout=2) as resp:
             server: dict[str, Any] = {"url": target, "reachable": True, "status": resp.status}
@@ -121,6 +132,8 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
         for scope, h in report["hooks"].items():
             state = "error: " + h["error"] if "error" in h else (
                 "installed" if not h["missing"] else f"missing {len(h['missing'])}/{len(EVENTS)}")
+            if h.get("urls"):
+                state += f" (sending to {', '.join(h['urls'])})"
             click.echo(f"hooks ({scope}) {h['path']}: {state}")
         click.echo(f"server {target}: {'reachable' if server['reachable'] else 'NOT reachable'}")
         click.echo(f"spool {spool_dir}: {'empty' if not pending else ', '.join(pending)}")

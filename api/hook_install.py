@@ -7,12 +7,16 @@ only for tool events). Events: every Claude Code hook event in FORMATS.md A1.
 The command written is the cheapest that captures a hook: the real interpreter
 (``os.path.realpath(sys.executable)``, never a version-manager shim) with ``-S`` and the
 absolute path of the standard-library hot path's launcher ``api/hot_path/run.py``
-(:mod:`api.hot_path.hook_fast`, bytecode precompiled), the data directory baked in.
-Entries are recognised as ours by that exact command, so other hooks are never touched.
+(:mod:`api.hot_path.hook_fast`, bytecode precompiled), the data directory baked in
+(and the server URL, with ``--url``). Entries are recognised as ours by that command
+without its URL (:func:`family`), so other hooks are never touched and hooks installed
+with any ``--url`` are found by ``uninstall`` and ``doctor``.
 
-* :func:`install` merges (other hooks kept), writes a backup
-  ``settings.json.hookledger-<UTC time>.bak`` of the previous bytes (when there were
-  any) and is idempotent (no change, no write, no backup).
+* :func:`install` merges (other hooks kept; ours installed with another URL get the new
+  one), writes a backup ``settings.json.hookledger-<UTC time>.bak`` of the previous
+  bytes (when there were any) and is idempotent (no change, no write, no backup). The
+  file keeps its permissions (it may hold API keys in ``env``), the backup gets the
+  same, and a symlinked settings file (dotfiles) is written through the link.
 * :func:`uninstall` removes exactly our entries; when what is left equals the backed-up
   original it writes the original bytes back, byte for byte (or deletes the file if
   there was none before).
@@ -78,6 +82,18 @@ def hook_command(data_dir: Path, agent: str = "claude-code", url: str | None = N
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def family(command: str) -> str:
+    """``command`` (a :func:`hook_command`) without its server URL: what every hook
+    entry of the same agent and data directory starts with."""
+    return " ".join(shlex.quote(p) for p in shlex.split(command)[:5])
+
+
+def hook_url(command: str) -> str | None:
+    """The server URL baked into a :func:`hook_command`, if any."""
+    parts = shlex.split(command)
+    return parts[5] if len(parts) > 5 else None
+
+
 def load_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     """(bytes or None when absent, parsed object; ``{}`` when absent or blank).
 
@@ -102,22 +118,38 @@ def load_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:
 
 
 def _write(path: Path, value: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".hookledger-tmp")
+    """Replace the file's content atomically, through a symlink, keeping its mode."""
+    target = path.resolve() if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".hookledger-tmp")
     tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    if target.exists():
+        os.chmod(tmp, target.stat().st_mode & 0o7777)
+    os.replace(tmp, target)
 
 
 def _ours(entry: Any, command: str) -> bool:
-    return (
-        isinstance(entry, dict)
-        and entry.get("type") == "command"
-        and entry.get("command") == command
-    )
+    """Whether a hook entry runs ``command``, with any server URL."""
+    if not (isinstance(entry, dict) and entry.get("type") == "command"):
+        return False
+    found, base = entry.get("command"), family(command)
+    return isinstance(found, str) and (found == base or found.startswith(base + " "))
+
+
+def installed_urls(value: dict[str, Any], command: str) -> list[str]:
+    """The server URLs baked into our entries (``install-hooks --url``), sorted."""
+    hooks = value.get("hooks") if isinstance(value.get("hooks"), dict) else {}
+    urls = {
+        url
+        for groups in hooks.values() if isinstance(groups, list)
+        for g in groups if isinstance(g, dict) and isinstance(g.get("hooks"), list)
+        for h in g["hooks"] if _ours(h, command) and (url := hook_url(h["command"]))
+    }
+    return sorted(urls)
 
 
 def installed_events(value: dict[str, Any], command: str) -> list[str]:
-    """Events whose hooks include ``command``."""
+    """Events whose hooks include ``command`` (with any server URL)."""
     hooks = value.get("hooks") if isinstance(value.get("hooks"), dict) else {}
     return [
         event
@@ -155,7 +187,8 @@ def install(path: Path, command: str) -> Change:
     precompile()
     have = set(installed_events(value, command))
     missing = [e for e in EVENTS if e not in have]
-    if not missing:
+    updated = _set_url(value, command)
+    if not missing and not updated:
         return Change(path, changed=False)
     hooks = value.setdefault("hooks", {})
     for event in missing:
@@ -173,8 +206,25 @@ def install(path: Path, command: str) -> Change:
         backup = path.with_name(f"{path.name}.hookledger-{stamp}-{n}.bak")
     path.parent.mkdir(parents=True, exist_ok=True)
     backup.write_bytes(raw if raw is not None else NO_ORIGINAL)
+    if raw is not None:
+        os.chmod(backup, path.stat().st_mode & 0o7777)
     _write(path, value)
-    return Change(path, changed=True, events=missing, backup=backup)
+    return Change(path, changed=True, events=sorted({*missing, *updated}), backup=backup)
+
+
+def _set_url(value: dict[str, Any], command: str) -> list[str]:
+    """Give our entries installed with another server URL ``command``; the events
+    changed."""
+    hooks = value.get("hooks") if isinstance(value.get("hooks"), dict) else {}
+    changed = []
+    for event, groups in hooks.items():
+        for group in groups if isinstance(groups, list) else []:
+            entries = group.get("hooks") if isinstance(group, dict) else None
+            for entry in entries if isinstance(entries, list) else []:
+                if _ours(entry, command) and entry["command"] != command:
+                    entry["command"] = command
+                    changed.append(event)
+    return changed
 
 
 def uninstall(path: Path, command: str) -> Change:
@@ -216,10 +266,14 @@ def uninstall(path: Path, command: str) -> Change:
 
 
 def _original(path: Path, command: str) -> bytes | None:
-    """The newest backup without ``command`` in it: the content before the install."""
-    for backup in sorted(path.parent.glob(path.name + BACKUP_GLOB), reverse=True):
+    """The newest backup without ``command`` (with any URL) in it: the content before
+    the install."""
+    base = family(command)
+    for backup in sorted(
+        path.parent.glob(path.name + BACKUP_GLOB), key=lambda b: b.stat().st_mtime_ns, reverse=True
+    ):
         data = backup.read_bytes()
-        if command.encode() not in data and json.dumps(command).encode() not in data:
+        if base.encode() not in data and json.dumps(base)[1:-1].encode() not in data:
             return data
     return None
 

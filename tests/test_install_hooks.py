@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import pytest
+from test_access import TOKEN, non_loopback_ip
+
 from ledger.config import Settings
 
-from conftest import Server
+from conftest import Server, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 # FORMATS.md A1: the hook events of Claude Code, written here independently.
@@ -197,3 +202,59 @@ def test_doctor_reports_hooks_server_and_spool(settings: Settings, tmp_path: Pat
     assert report["server"]["reachable"] is True
     assert report["spool"]["empty"] is True, "the server ingested and trimmed the journal"
     assert report["ok"] is True and out.returncode == 0
+
+
+def test_hooks_installed_with_a_url_send_there_and_doctor_and_uninstall_find_them(
+    settings: Settings, tmp_path: Path
+) -> None:
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    home, laptop = tmp_path / "home", tmp_path / "laptop"
+    # a dotfiles setup: ~/.claude/settings.json links to a private file elsewhere
+    dotfile = tmp_path / "dotfiles" / "settings.json"
+    dotfile.parent.mkdir()
+    dotfile.write_text(ORIGINAL)
+    dotfile.chmod(0o600)
+    link = home / ".claude" / "settings.json"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(dotfile)
+    srv = Server(settings, env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    remote = f"http://{ip}:{srv.port}"
+
+    first = f"http://{ip}:{free_port()}"
+    assert hookledger(home, laptop, "install-hooks", "claude-code", "--url", first).returncode == 0
+    out = hookledger(home, laptop, "install-hooks", "claude-code", "--url", remote)
+    assert out.returncode == 0, out.stderr
+    assert link.is_symlink() and link.resolve() == dotfile, "written through the link"
+    assert stat.S_IMODE(dotfile.stat().st_mode) == 0o600
+    backups = list(link.parent.glob("settings.json.hookledger-*.bak"))
+    assert backups and all(stat.S_IMODE(b.stat().st_mode) == 0o600 for b in backups)
+    commands = ours(json.loads(dotfile.read_text()), laptop)
+    assert set(commands) == A1_EVENTS
+    assert all(v == [commands["Stop"][0]] for v in commands.values()), "the URL changed, not doubled"
+    assert commands["Stop"][0].endswith(" " + remote)
+
+    srv.start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+        ran = subprocess.run(
+            commands["Stop"][0], shell=True, capture_output=True, timeout=60,
+            input=b'{"session_id":"sent-to-the-url","hook_event_name":"Stop"}',
+            env={**env, "HOOKLEDGER_TOKEN": TOKEN},
+        )
+        assert ran.returncode == 0 and ran.stdout.strip() == b"{}"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        found = httpx.get(f"{remote}/v1/sessions/sent-to-the-url", headers=auth, timeout=30)
+        assert found.status_code == 200, "the hook sent to the URL install-hooks wrote"
+        report = json.loads(hookledger(home, laptop, "doctor", "--json").stdout)
+    finally:
+        srv.stop()
+    assert report["hooks"]["user"]["missing"] == []
+    assert report["hooks"]["user"]["urls"] == [remote]
+    assert report["server"]["url"] == remote and report["server"]["reachable"] is True
+
+    out = hookledger(home, laptop, "uninstall-hooks", "claude-code")
+    assert out.returncode == 0 and "removed" in out.stdout, out.stdout
+    assert link.is_symlink() and dotfile.read_text() == ORIGINAL
+    assert stat.S_IMODE(dotfile.stat().st_mode) == 0o600

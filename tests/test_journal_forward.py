@@ -196,3 +196,25 @@ def test_forward_spool_cli_reports_what_is_left(tmp_path: Path) -> None:
     finally:
         srv.stop()
     shutil.rmtree(tmp_path / "laptop")
+
+
+def test_only_hookledgers_own_answers_count_as_delivered(tmp_path: Path) -> None:
+    # A 4xx from something that is not hookledger (here a wrong base path: Starlette's
+    # plain 404; behind a proxy, say, its 413) must keep the payload in the spool.
+    spool = tmp_path / "laptop" / "spool"
+    journal_append(str(spool), record_bytes("claude-code", prompt(1), uuid7(), AT))
+    original = (spool / JOURNAL).read_bytes()
+    srv = Server(Settings(tmp_path / "server")).start()
+    try:
+        wrong = srv.url + "/typo"
+        assert forward_spool(wrong, str(spool)) == (0, False)
+        kept = [n for n in _spooled(spool) if n.endswith(".aside")]
+        assert [(spool / n).read_bytes() for n in kept] == [original], "nothing is lost"
+        assert not hook_fast.post_hook(wrong, "claude-code", prompt(2), uuid7(), AT)
+        # hookledger's own 400 means it kept the body as rejected input: delivered
+        assert hook_fast.post_hook(srv.url, "claude-code", b"{not json", uuid7(), AT)
+        assert hook_fast.post_hook(srv.url, "claude-code", prompt(3), uuid7(), AT)
+        assert forward_spool(srv.url, str(spool)) == (len(original), True)
+        assert sorted(_prompts(srv.url)) == ["forwarded prompt 1", "forwarded prompt 3"]
+    finally:
+        srv.stop()

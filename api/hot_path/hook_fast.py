@@ -469,8 +469,10 @@ def http(
 def post_hook(
     url: str, agent: str, body: bytes, key: str, at: str, redactions: bytes = b""
 ) -> bool:
-    """POST one payload; True when the server took it (2xx/4xx: 4xx bodies are kept
-    by the server as rejected input), False when it should be journalled.
+    """POST one payload; True when the server took it: a 2xx, or hookledger's own
+    400/404 answer (``"rejected":true``: it kept the body as rejected input). False,
+    so the payload is journalled, for anything else: unreachable, 5xx, 401/403, or a
+    4xx from something that is not hookledger (a wrong base path, a proxy's 413).
     ``redactions``: :func:`encode_redactions` of what was removed here, sent as
     ``X-Hookledger-Redactions``."""
     headers = {
@@ -481,10 +483,10 @@ def post_hook(
     if redactions:
         headers["X-Hookledger-Redactions"] = redactions.decode("ascii")
     try:
-        status, _ = http("POST", url, "/v1/hooks/" + quote(agent), body, headers, POST_TIMEOUT_S)
+        status, answer = http("POST", url, "/v1/hooks/" + quote(agent), body, headers, POST_TIMEOUT_S)
     except Exception:
         return False
-    return status < 500 and status not in (401, 403)
+    return 200 <= status < 300 or (status in (400, 404) and b'"rejected":true' in answer)
 
 
 def spool_pending(spool_dir: str) -> bool:
@@ -547,7 +549,9 @@ def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) 
     forwarder at a time (``forward.lock``; a second returns at once).
 
     Returns (bytes forwarded, whether the spool is now empty). Stops, keeping what is
-    left, at the first piece the server did not take (unreachable, 5xx, 401, 403).
+    left, at the first piece the server did not take: anything but a 202 or
+    hookledger's own 400 (``"rejected":``: it kept the bytes as rejected input), e.g.
+    unreachable, 5xx, 401/403, or a 4xx from something that is not hookledger.
 
     Raises:
         OSError: the spool directory cannot be read or changed.
@@ -580,10 +584,10 @@ def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) 
                 while end < len(data) and end - pos < FORWARD_PIECE_BYTES:
                     end = record_end(data, end)
                 try:
-                    status, _ = http("POST", url, "/v1/journal", data[pos:end], headers, timeout)
+                    status, answer = http("POST", url, "/v1/journal", data[pos:end], headers, timeout)
                 except Exception:
                     return sent, False
-                if status >= 500 or status in (401, 403):
+                if status != 202 and not (status == 400 and b'"rejected":' in answer):
                     return sent, False
                 sent += end - pos
                 pos = end
@@ -671,14 +675,17 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
 
 
 def main(argv: list[str]) -> int:
-    """``run.py <agent> <data dir>``; always prints hook output, returns 0."""
+    """``run.py <agent> <data dir> [<server url>]`` (the url ``install-hooks --url``
+    wrote; else ``HOOKLEDGER_URL``, else :data:`DEFAULT_URL`); always prints hook
+    output, returns 0."""
     out = "{}"
     try:
         agent = argv[1] if len(argv) > 1 else "claude-code"
         data_dir = argv[2] if len(argv) > 2 else os.environ.get("HOOKLEDGER_DATA_DIR", "")
+        url = argv[3] if len(argv) > 3 and argv[3] else None
         if not data_dir:
             raise OSError("no data directory (argument or HOOKLEDGER_DATA_DIR)")
-        out = handle(agent, data_dir, sys.stdin.buffer.read())
+        out = handle(agent, data_dir, sys.stdin.buffer.read(), url)
     except BaseException as e:  # a hook never fails its agent
         try:  # noqa: SIM105 (contextlib costs an import on the hot path)
             sys.stderr.write(f"hookledger hook: {e}\n")
