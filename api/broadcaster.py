@@ -31,6 +31,10 @@ STOP_WAIT_S = 30
 """How long :meth:`Broadcaster.stop` waits for the log read in progress."""
 QUEUE_SECTIONS = 64
 """Sections a client may have waiting before it is switched to reading the log."""
+LOG_READS = 2
+"""Sections read from the log at once for clients catching up (each holds up to
+``SECTION_LIMIT`` decoded events: with large payloads, tens of megabytes). More clients
+catching up at once wait their turn instead of adding to the process's memory."""
 
 
 class _Resync:
@@ -89,9 +93,12 @@ class Broadcaster:
         """Highest position this process saved while nobody was subscribed."""
         self.derived_built = 0
         """Derived sections built (only while a subscriber wants a derived kind)."""
+        self.log_reads: anyio.CapacityLimiter | None = None
+        """Threads that may read the log for resuming clients at once (set by start)."""
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.log_reads = anyio.CapacityLimiter(LOG_READS)
         self.head = await anyio.to_thread.run_sync(self.services.ledger.max_position)
         self._running = True
         self.services.ledger.add_listener(self._saved)

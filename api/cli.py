@@ -7,6 +7,7 @@ with everything already in the log, so they answer with all of it applied.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -118,20 +119,32 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
     sid = queries.find_session_id(services.models, session)
     found = queries.get_session(services.models, sid) if sid else None
     if found is None:
-        raise click.ClickException(f"no such session: {session}")
+        matches = queries.sessions_matching(services.models, session)
+        if not matches:
+            raise click.ClickException(f"no such session: {session}")
+        listed = "\n".join(f"  {m['id']}  {m['external_id']}" for m in matches)
+        raise click.ClickException(f"{session!r} matches more than one session:\n{listed}")
     if as_json:
         _dump(found)
         return
     click.echo(f"{found['id']}  {found['agent']}  {found['status']}  {found['external_id']}")
+    in_batches = {b["batch"] for b in found["batches"]}
     for b in found["batches"]:
         click.echo(
             f"  batch {b['batch']} [{b['status']}] {b['started_at']} {_cost_text(b)}: "
             f"{(b['prompt'] or '')[:100]!r}"
         )
-        for c in found["tool_calls"]:
-            if c["batch"] == b["batch"]:
-                mark = "!" if c["is_error"] else " "
-                click.echo(f"    {mark} {c['tool_name']:<16} {c['duration_ms'] or '-':>8} ms  {c['status']}")
+        _echo_calls(c for c in found["tool_calls"] if c["batch"] == b["batch"])
+    outside = [c for c in found["tool_calls"] if c["batch"] not in in_batches]
+    if outside:  # before the first prompt (batch 0), e.g. a run started without one
+        click.echo("  outside any prompt batch:")
+        _echo_calls(outside)
+
+
+def _echo_calls(calls: Iterable[dict[str, Any]]) -> None:
+    for c in calls:
+        mark = "!" if c["is_error"] else " "
+        click.echo(f"    {mark} {c['tool_name']:<16} {c['duration_ms'] or '-':>8} ms  {c['status']}")
 
 
 @main.command()

@@ -99,15 +99,20 @@ Identities = dict[str, tuple[str | None, str | None]]
 def read_events(
     services: Services, after: int, stop: int | None = None, limit: int = SECTION_LIMIT
 ) -> Events:
-    """Decoded (position, domain event) pairs after ``after`` (up to ``stop``)."""
+    """Decoded (position, domain event) pairs after ``after`` (up to ``stop``), each
+    without its raw source record (``raw`` None): no message needs it, and clients
+    resumed from the log would each hold every payload twice over."""
     ledger = services.ledger
     notifications = ledger.recorder.select_notifications(
         start=after, limit=limit, stop=stop, inclusive_of_start=False
     )
+    decode = ledger.mapper.decode
     events: Events = []
     for n in notifications:
         try:
-            events.append((n.id, ledger.mapper.to_domain_event(n)))
+            events.append(
+                (n.id, decode(n.topic, n.state, n.originator_id, n.originator_version, raw=False))
+            )
         except Exception as e:  # a row that no longer decodes is reported, not skipped
             bad = _Undecodable(n.originator_id, n.originator_version, n.topic, repr(e))
             events.append((n.id, bad))

@@ -94,7 +94,9 @@ async def messages(
             if not isinstance(item, Section):  # RESYNC: read the log, then rejoin live
                 target = broadcaster.rejoin(sub)
                 while sent < target:
-                    pair = await anyio.to_thread.run_sync(read_section, services, sent, target)
+                    pair = await anyio.to_thread.run_sync(
+                        read_section, services, sent, target, limiter=broadcaster.log_reads
+                    )
                     if pair is None:
                         break
                     frames = [m.frame for s in pair for m in s.messages if accept(m)]

@@ -78,9 +78,12 @@ class PydanticMapper(Mapper[Any]):
         put back as ``raw`` unless ``raw=False``). Its values equal the event's
         ``model_dump(mode="json")``. Stored bytes are never compressed or encrypted
         (:class:`ledger.app.Ledger` refuses a store configured to)."""
+        if not raw:  # only the JSON part is copied (a raw record may be megabytes)
+            end = data.find(RAW_SEPARATOR)
+            return self.transcoder.decode(data if end < 0 else data[:end])  # type: ignore[no-any-return]
         head, separator, tail = data.partition(RAW_SEPARATOR)
         state: dict[str, Any] = self.transcoder.decode(head)
-        if separator and raw:
+        if separator:
             state["raw"] = tail.decode("utf-8")
         return state
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from sqlalchemy import ColumnElement, Table, func, select
+from sqlalchemy import ColumnElement, Table, func, or_, select
 
 from projections.runner import ReadModels
 from projections.summaries import summaries_of
@@ -130,18 +130,50 @@ def session_summaries(models: ReadModels, session_id: str) -> list[dict[str, Any
 
 
 def find_session_id(models: ReadModels, ref: str) -> str | None:
-    """Resolve a ledger id, an external (agent) id, or a unique id prefix."""
+    """Resolve a ledger id, an external (agent) id, or an id prefix: a prefix of ledger
+    ids that only one session has, else a prefix of external ids that only one
+    top-level session has (a subagent's external id is ``<parent's id>/agent-…``, so
+    the prefix of a parent's id also matches its subagents). None when nothing, or more
+    than one, matches (:func:`sessions_matching` lists them)."""
     s = models.table("sessions")
     with models.engine.connect() as conn:
         for cond in (s.c.id == ref, s.c.external_id == ref):
             found = conn.execute(select(s.c.id).where(cond)).scalars().all()
             if len(found) == 1:
                 return found[0]
-        for col in (s.c.id, s.c.external_id):
-            found = conn.execute(select(s.c.id).where(col.like(f"{ref}%")).limit(2)).scalars().all()
-            if len(found) == 1:
-                return found[0]
-        return None
+        pattern = _like_prefix(ref)
+        found = conn.execute(
+            select(s.c.id).where(s.c.id.like(pattern, escape="\\")).limit(2)
+        ).scalars().all()
+        if len(found) == 1:
+            return found[0]
+        found = conn.execute(
+            select(s.c.id)
+            .where(s.c.external_id.like(pattern, escape="\\"), s.c.parent_id.is_(None))
+            .limit(2)
+        ).scalars().all()
+        return found[0] if len(found) == 1 else None
+
+
+def sessions_matching(models: ReadModels, ref: str, limit: int = 10) -> list[dict[str, Any]]:
+    """Up to ``limit`` sessions (``id``, ``external_id``, ``parent_id``) whose ledger or
+    external id starts with ``ref``: what an unresolved reference could have meant."""
+    s = models.table("sessions")
+    pattern = _like_prefix(ref)
+    query = (
+        select(s.c.id, s.c.external_id, s.c.parent_id)
+        .where(or_(s.c.id.like(pattern, escape="\\"), s.c.external_id.like(pattern, escape="\\")))
+        .order_by(s.c.external_id)
+        .limit(limit)
+    )
+    with models.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _like_prefix(ref: str) -> str:
+    """A LIKE pattern matching strings that start with ``ref`` (its ``%``, ``_`` and
+    ``\\`` taken literally, escaped with ``\\``)."""
+    return ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def stats(models: ReadModels) -> dict[str, int]:

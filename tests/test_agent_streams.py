@@ -27,10 +27,11 @@ from uuid import UUID
 import pytest
 
 from api.bootstrap import Services
+from ledger.config import Settings
 from ledger.importer import import_paths
 from projections import queries
 
-from conftest import FIXTURES
+from conftest import FIXTURES, cli
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 STREAM_JSON = [
@@ -331,3 +332,16 @@ def test_stream_json_keeps_unknown_records_and_files_subagent_records_under_a_ch
     ]
     assert ("RecordObserved", "rate_limit_event") in kinds
     assert ("SubagentLinked", None) in kinds
+
+
+def test_show_lists_tool_calls_made_outside_any_prompt_batch(settings: Settings) -> None:
+    # a `claude -p` stream-json run records no prompt: its tool calls are in no batch,
+    # and `show` must still list them
+    stream = FIXTURES / "claude-code-action-stream-json" / "sample-turns.json"
+    cli(settings, "import", str(stream))
+    detail = json.loads(cli(settings, "show", "sample-session-id", "--json").stdout)
+    assert detail["tool_calls"] and not detail["batches"]
+    shown = cli(settings, "show", "sample-session-id").stdout.decode()
+    assert "outside any prompt batch" in shown
+    for call in detail["tool_calls"]:
+        assert call["tool_name"] in shown

@@ -482,3 +482,58 @@ def test_stream_response_sends_without_a_scope_and_keeps_the_library_timeout(
             await timed._send_with_timeout(stuck, body)
 
     anyio.run(run)
+
+
+def test_a_stored_event_that_no_longer_decodes_is_sent_with_its_error(settings: Settings) -> None:
+    if settings.is_postgres:
+        pytest.skip("corrupts a row of the SQLite file directly")
+    import sqlite3
+    from uuid import UUID
+
+    services = build(settings)
+    try:
+        for n, payload in enumerate(_ordered_payloads()[0][:4]):
+            ingest_hook(services.ledger, "claude-code", json.dumps(payload).encode(), f"k{n}")
+    finally:
+        services.close()
+    positions = log_positions(settings)
+    with sqlite3.connect(settings.data_dir / "events.db") as db:  # one row's JSON broken
+        db.execute("UPDATE stored_events SET state = CAST('{' AS BLOB) || state WHERE rowid = ?",
+                   (positions[1],))
+        (stream,) = db.execute("SELECT originator_id FROM stored_events WHERE rowid = ?",
+                               (positions[1],)).fetchone()
+    srv = Server(settings).start()
+    try:
+        reader = Reader(srv.url, after="0")
+
+        async def read() -> None:
+            task = asyncio.create_task(reader.run())
+            try:
+                await reader.until(lambda r: len(r.ids()) >= len(positions))
+            finally:
+                task.cancel()
+
+        asyncio.run(read())
+    finally:
+        srv.stop()
+    assert reader.ids() == positions
+    data = {i: d for i, e, d in reader.received if e == "event.appended"}
+    assert "cannot decode stored event" in data[positions[1]]["error"]
+    assert data[positions[1]]["stream_id"] == str(UUID(str(stream)))
+    assert all("raw" not in d for d in data.values())
+
+
+def test_sections_are_read_without_raw_records(settings: Settings) -> None:
+    # no message needs an event's raw record; clients resumed from the log would hold
+    # every payload twice over (a 30 MB prompt: ~60 MB per stalled client)
+    from api.sections import read_events
+
+    services = build(settings)
+    try:
+        for n, payload in enumerate(_ordered_payloads()[0][:4]):
+            ingest_hook(services.ledger, "claude-code", json.dumps(payload).encode(), f"k{n}")
+        events = read_events(services, 0)
+        assert len(events) == len(log_positions(settings))
+        assert all(e.raw is None and e.digest for _, e in events)
+    finally:
+        services.close()

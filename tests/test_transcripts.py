@@ -182,3 +182,24 @@ def test_reimport_under_another_spelling_of_the_path_appends_nothing(
     again = import_paths(services.ledger, [folder.name, f"./{folder.name}/../{folder.name}"])
     assert again.files == first.files  # each file once
     assert again.result.appended == 0
+
+
+def test_session_references_resolve_by_unique_prefix(services: Services) -> None:
+    parent_ref = "258c7280-ae70-4798-800f-63464d01a85d"
+    import_paths(services.ledger, [FIXTURES / "spotter-claude-transcripts"])
+    services.runner.catch_up()
+    sessions = {r["external_id"]: r for r in queries.list_sessions(services.models)}
+    children = [s for ref, s in sessions.items() if ref.startswith(parent_ref + "/")]
+    assert len(children) == 2
+    models, parent = services.models, sessions[parent_ref]
+    # the parent's id prefix also starts its subagents' external ids: the top-level one wins
+    assert queries.find_session_id(models, "258c7280") == parent["id"]
+    assert queries.find_session_id(models, parent["id"][:8]) == parent["id"]
+    assert queries.find_session_id(models, children[0]["external_id"]) == children[0]["id"]
+    # two subagents share this prefix, and neither is top-level: ambiguous, both listed
+    assert queries.find_session_id(models, parent_ref + "/agent") is None
+    listed = queries.sessions_matching(models, parent_ref + "/agent")
+    assert sorted(m["id"] for m in listed) == sorted(c["id"] for c in children)
+    # LIKE's wildcards are taken literally
+    assert queries.find_session_id(models, "%") is None
+    assert queries.find_session_id(models, "258c7280_ae70") is None
