@@ -30,6 +30,11 @@ TOKEN_ENV = "HOOKLEDGER_TOKEN"
 
 def bind_error(host: str, token: str | None) -> str | None:
     """Why the server must not start on ``host`` (None when it may)."""
+    if token is not None and (not token.strip() or token != token.strip()):
+        return (
+            f"{TOKEN_ENV} is blank or starts or ends with whitespace: set it to the "
+            "token itself (clients send it as 'Authorization: Bearer <token>')."
+        )
     if is_loopback_host(host) or token:
         return None
     return (

@@ -15,7 +15,7 @@ from ledger.config import Settings
 from ledger.llm_summary import LLMConfig, LLMSummariser
 from ledger.verify import Anchor
 from projections.runner import ProjectionRunner, ReadModels
-from projections.store import make_engine
+from projections.store import make_engine, schema_lock
 
 
 @dataclass
@@ -52,8 +52,12 @@ def build(settings: Settings, *, cache_size: int = 0) -> Services:
         # save here then clashes on the version, is evicted and recorded again
         # (Ledger.record); Ledger.session reads past the cache.
         env["AGGREGATE_CACHE_FASTFORWARD"] = "n"
-    ledger = Ledger(env)
-    models = ReadModels(make_engine(settings.views_url(), settings.database_schema))
+    engine = make_engine(settings.views_url(), settings.database_schema)
+    # creating the event store's tables: PostgreSQL's CREATE TABLE IF NOT EXISTS is not
+    # safe against another process doing the same at once (a duplicate pg_type row)
+    with schema_lock(engine):
+        ledger = Ledger(env)
+    models = ReadModels(engine)
     summariser = None
     if settings.llm_base_url:
         summariser = LLMSummariser(

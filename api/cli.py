@@ -22,7 +22,7 @@ from ledger.config import Settings
 @click.group()
 @click.option(
     "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked when the stores open: `hook` must exit 0
     default=None,
     help="Data directory (env HOOKLEDGER_DATA_DIR; default: the platform user data dir).",
 )
@@ -220,7 +220,7 @@ def projections_rebuild(ctx: click.Context, names: tuple[str, ...]) -> None:
         if n not in PROJECTION_CLASSES:
             known = ", ".join(PROJECTION_CLASSES)
             raise click.BadParameter(f"unknown projection {n!r}; known: {known}")
-    chosen = names or tuple(PROJECTION_CLASSES)
+    chosen = tuple(dict.fromkeys(names)) or tuple(PROJECTION_CLASSES)
     applied = _services(ctx).runner.rebuild(*chosen)
     click.echo(f"rebuilt {', '.join(chosen)}: {applied} events applied")
 

@@ -28,14 +28,29 @@ def services(ctx: click.Context) -> Any:
 
 
 def build_services(settings: Any, **kwargs: Any) -> Any:
-    """:func:`api.bootstrap.build` with a refused configuration (``ValueError``) turned
-    into a :class:`click.ClickException` carrying its reason."""
+    """:func:`api.bootstrap.build`, with what keeps the stores from opening turned into
+    a :class:`click.ClickException` carrying the reason (exit 1, one line, no
+    traceback): a refused configuration (``ValueError``), a data directory that cannot
+    be created or written (``OSError``; a read-only copy: SQLite's "attempt to write a
+    readonly database"), a database that does not answer."""
+    import sqlite3
+
+    from eventsourcing.persistence import PersistenceError
+    from sqlalchemy.exc import SQLAlchemyError
+
     from api.bootstrap import build
 
+    where = "the database" if settings.database_url else f"data directory {settings.data_dir}"
     try:
         return build(settings, **kwargs)
     except ValueError as e:
         raise click.ClickException(str(e)) from e
+    except (OSError, sqlite3.Error, PersistenceError, SQLAlchemyError) as e:
+        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+        if "readonly" in reason or "ermission denied" in reason or "Read-only" in reason:
+            reason += " (hookledger writes to its data directory even to read or verify: "
+            reason += "inspect a read-only copy by copying it somewhere writable)"
+        raise click.ClickException(f"cannot open {where}: {reason}") from e
 
 
 def dump(value: Any) -> None:

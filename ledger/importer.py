@@ -13,6 +13,7 @@ same as without workers, position for position. Only this process writes.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import itertools
 import multiprocessing
@@ -158,7 +159,7 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
         ValueError: not a recognised agent file.
         OSError: the file cannot be read.
     """
-    data = path.read_bytes()
+    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # written by some editors
     fmt = detect(path, detection_head(path, data))
     source = str(path)
     if fmt in agent_files.FORMATS:

@@ -35,7 +35,7 @@ from projections.schema import build_tables, tracking_table
 from projections.search import SearchProjection
 from projections.sessions import SessionsProjection
 from projections.status_history import StatusHistoryProjection
-from projections.store import rebuild_lock
+from projections.store import rebuild_lock, schema_lock
 from projections.summaries import SummariesProjection
 from projections.tool_calls import ToolCallsProjection
 from projections.upgrade import reset_outdated
@@ -82,22 +82,23 @@ class ReadModels:
         self.tables: dict[str, dict[str, Table]] = {
             name: build_tables(self.metadata, name) for name in PROJECTION_CLASSES
         }
-        self.metadata.create_all(engine)
-        generated: dict[str, set[str]] = {}  # table -> columns its companions add
-        for cls in PROJECTION_CLASSES.values():
-            for c in cls.companions(engine.dialect.name):
-                if c.kind == "column":
-                    generated.setdefault(c.table, set()).add(c.name)
-        outdated = reset_outdated(  # columns changed: rebuild
-            engine, self.tables, self.tracking,
-            ignore=generated,
-            on_drop=lambda conn, name: _drop_companions(conn, name, ""),
-        )
-        if outdated:
+        with schema_lock(engine):  # another process may be creating them right now
             self.metadata.create_all(engine)
-        with engine.begin() as conn:
-            for name in PROJECTION_CLASSES:
-                _create_companions(conn, name, "")
+            generated: dict[str, set[str]] = {}  # table -> columns its companions add
+            for cls in PROJECTION_CLASSES.values():
+                for c in cls.companions(engine.dialect.name):
+                    if c.kind == "column":
+                        generated.setdefault(c.table, set()).add(c.name)
+            outdated = reset_outdated(  # columns changed: rebuild
+                engine, self.tables, self.tracking,
+                ignore=generated,
+                on_drop=lambda conn, name: _drop_companions(conn, name, ""),
+            )
+            if outdated:
+                self.metadata.create_all(engine)
+            with engine.begin() as conn:
+                for name in PROJECTION_CLASSES:
+                    _create_companions(conn, name, "")
 
     def table(self, name: str) -> Table:
         for tables in self.tables.values():

@@ -35,17 +35,30 @@ def make_engine(url: str, schema: str | None = None) -> Engine:
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 
-@contextlib.contextmanager
-def rebuild_lock(engine: Engine) -> Iterator[None]:
+def rebuild_lock(engine: Engine) -> contextlib.AbstractContextManager[None]:
     """Hold the read-model database's rebuild lock (blocks until it is free), across
     processes: two rebuilds share the ``*__rebuild`` table names, so a second one would
-    drop the first one's tables mid-way. SQLite: ``flock`` on ``<database>.rebuild.lock``
-    beside the file (nothing for an in-memory database; nothing where ``fcntl`` is
-    missing). PostgreSQL: a session advisory lock keyed by the current schema."""
+    drop the first one's tables mid-way."""
+    return _database_lock(engine, "rebuild")
+
+
+def schema_lock(engine: Engine) -> contextlib.AbstractContextManager[None]:
+    """Hold the read-model database's schema lock while creating or upgrading tables:
+    two processes opening a new data directory at once (an import and a ``sessions``)
+    would both find a table missing and both create it, and one would fail."""
+    return _database_lock(engine, "schema")
+
+
+@contextlib.contextmanager
+def _database_lock(engine: Engine, purpose: str) -> Iterator[None]:
+    """An exclusive lock named ``purpose`` on the read-model database, across processes.
+    SQLite: ``flock`` on ``<database>.<purpose>.lock`` beside the file (nothing for an
+    in-memory database; nothing where ``fcntl`` is missing). PostgreSQL: a session
+    advisory lock keyed by the current schema and ``purpose``."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             schema = conn.execute(text("SELECT current_schema()")).scalar()
-            key = f"hookledger.rebuild:{schema}"
+            key = f"hookledger.{purpose}:{schema}"
             conn.execute(text("SELECT pg_advisory_lock(hashtext(:k))"), {"k": key})
             conn.commit()
             try:
@@ -62,7 +75,7 @@ def rebuild_lock(engine: Engine) -> Iterator[None]:
     if fcntl is None or not database or database == ":memory:":
         yield
         return
-    with open(database + ".rebuild.lock", "a+b") as f:
+    with open(f"{database}.{purpose}.lock", "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

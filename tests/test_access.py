@@ -85,6 +85,20 @@ def test_non_loopback_bind_without_token_refuses_to_start(tmp_path: Path, host: 
     assert "HOOKLEDGER_TOKEN" in out.stderr and "refusing" in out.stderr
 
 
+@pytest.mark.parametrize("token", [" ", "\t", " s3cret-token", "s3cret-token\n"])
+def test_a_blank_or_padded_token_refuses_to_start(tmp_path: Path, token: str) -> None:
+    env = {**settings_env(Settings(tmp_path / "data")), "HOOKLEDGER_TOKEN": token}
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "HOOKLEDGER_TOKEN is blank or starts or ends with whitespace" in out.stderr
+
+
 def test_token_is_required_when_set(settings: Settings) -> None:
     srv = Server(settings, env={"HOOKLEDGER_TOKEN": TOKEN}).start()
     try:

@@ -102,3 +102,23 @@ def test_reading_a_session_sees_what_another_writer_appended(settings: Settings)
     finally:
         cached.close()
         plain.close()
+
+
+def test_processes_opening_a_new_data_directory_at_once_all_succeed(settings: Settings) -> None:
+    # each creates the read-model tables it finds missing: without the schema lock two
+    # of them create the same table and one fails ("table ... already exists")
+    import subprocess
+    import sys
+
+    from conftest import settings_env
+
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "api.cli", "stats", "--json"],
+            env=settings_env(settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        for _ in range(6)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err.decode()[-300:] for _, err in outs]
+    assert all(json.loads(out)["events"] == 0 for out, _ in outs)

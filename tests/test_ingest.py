@@ -104,6 +104,33 @@ def test_hook_command_exits_zero_on_garbage(settings: Settings, tmp_path: Path) 
     assert out.returncode == 0 and out.stdout.strip() == b"{}"
 
 
+def test_a_data_directory_that_cannot_be_used_is_one_line_of_error_and_the_hook_still_exits_0(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from conftest import settings_env
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for data_dir in (afile, afile / "below"):
+        env = settings_env(Settings(tmp_path / "unused"))
+        for args in (["sessions"], ["import", str(FIXTURES / "spotter-claude-transcripts")]):
+            out = subprocess.run(
+                [sys.executable, "-m", "api.cli", "--data-dir", str(data_dir), *args],
+                env=env, capture_output=True, text=True, timeout=120,
+            )
+            assert out.returncode == 1, out
+            assert out.stderr.startswith(f"Error: cannot open data directory {data_dir}: ")
+            assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
+        hook = subprocess.run(
+            [sys.executable, "-m", "api.cli", "--data-dir", str(data_dir), "hook", "claude-code"],
+            env=env, input=json.dumps(PROMPT), capture_output=True, text=True, timeout=120,
+        )
+        assert hook.returncode == 0 and hook.stdout.strip() == "{}", hook
+
+
 def test_edge_redactions_header_is_recorded_and_a_malformed_one_ignored_with_a_reason(
     settings: Settings, server: Server
 ) -> None:

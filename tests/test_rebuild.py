@@ -27,6 +27,9 @@ def test_rebuild_gives_byte_identical_sessions(settings: Settings) -> None:
     cli(settings, "projections", "rebuild")
     assert cli(settings, "sessions", "--json").stdout == before
     assert cli(settings, "show", "258c7280-ae70-4798-800f-63464d01a85d", "--json").stdout == show_before
+    named_twice = cli(settings, "projections", "rebuild", "sessions", "sessions")
+    assert named_twice.stdout.startswith(b"rebuilt sessions:")
+    assert cli(settings, "sessions", "--json").stdout == before
     status = cli(settings, "projections", "status", "--json").stdout
     assert b'"lag": 0' in status and b'"lag": 1' not in status
 

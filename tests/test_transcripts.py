@@ -203,3 +203,16 @@ def test_session_references_resolve_by_unique_prefix(services: Services) -> None
     # LIKE's wildcards are taken literally
     assert queries.find_session_id(models, "%") is None
     assert queries.find_session_id(models, "258c7280_ae70") is None
+
+
+def test_a_byte_order_mark_before_the_first_line_is_ignored(
+    services: Services, tmp_path: Path
+) -> None:
+    original = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    marked = tmp_path / "short.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + original.read_bytes())
+    first = import_paths(services.ledger, [original])
+    again = import_paths(services.ledger, [marked])
+    assert again.files == 1 and again.result.rejected == 0
+    assert again.result.appended == 0  # the same records: nothing new
+    assert first.result.appended > 0
