@@ -31,7 +31,10 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 
@@ -57,6 +60,10 @@ def _child(settings: Settings, wake: Connection) -> None:
     parent's end of ``wake`` is closed."""
     from api.bootstrap import build
 
+    # Ctrl-C in a terminal signals the whole process group: the server stops the child
+    # itself (end of file on ``wake``), after its current section. Usually SIGINT is
+    # ignored from the child's start already (:func:`_sigint_ignored`).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(os, "nice"):  # not on Windows
         os.nice(NICE)
     services = build(settings)
@@ -71,6 +78,22 @@ def _child(settings: Settings, wake: Connection) -> None:
                 time.sleep(POLL_S)
     finally:
         services.close()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while the child starts: it keeps that through ``exec`` (and Python
+    keeps an ignored SIGINT ignored), so a Ctrl-C while it still imports cannot kill it
+    with a ``KeyboardInterrupt`` traceback. Only the main thread may change a handler:
+    started from another thread (a restart), the child ignores SIGINT once it runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class ProjectionProcess:
@@ -101,7 +124,8 @@ class ProjectionProcess:
             name="hookledger-projections",
             daemon=True,
         )
-        self._proc.start()
+        with _sigint_ignored():
+            self._proc.start()
         reader.close()  # the child has its own copy
         old, self._wake = self._wake, writer
         if old is not None:

@@ -117,3 +117,38 @@ def test_both_modes_give_the_same_sessions(settings: Settings, mode: str) -> Non
         assert [s["prompt_count"] for s in sessions] == [4]
     finally:
         srv.stop()
+
+
+def test_ctrl_c_stops_the_server_and_its_child_quietly(settings: Settings) -> None:
+    # Ctrl-C in a terminal signals the whole foreground process group: the child must
+    # not die of it (a KeyboardInterrupt traceback, then "starting it again" from the
+    # server while it shuts down); the server stops it.
+    import subprocess
+    import sys
+
+    from conftest import free_port, settings_env
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
+        env=settings_env(settings), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).json()
+                if health.get("projection_process", {}).get("alive"):
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert b"Traceback" not in err and b"starting it again" not in err, err.decode()
