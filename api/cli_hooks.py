@@ -77,8 +77,6 @@ def uninstall_hooks(ctx: click.Context, agent: str, scope: str, url: str | None)
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     """Check: hooks installed, server reachable, spool empty. Exit 1 if any is not."""
-    import urllib.request
-
     from api.hook_install import (
         EVENTS,
         SettingsError,
@@ -87,7 +85,7 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
         load_settings,
         settings_path,
     )
-    from api.hot_path.hook_fast import DEFAULT_URL
+    from api.hot_path.hook_fast import DEFAULT_URL, http
     from ledger.journal import JOURNAL
 
     command = _command(ctx, None)
@@ -112,9 +110,18 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     # the server the hooks send to: --url, else the one install-hooks --url baked in
     target = (url or (baked[0] if baked else None) or os.environ.get("HOOKLEDGER_URL")
               or DEFAULT_URL).rstrip("/")
-    try:
-        with urllib.request.urlopen(target + "/healthz", timeout=2) as resp:
-            server: dict[str, Any] = {"url": target, "reachable": True, "status": resp.status}
+    try:  # as the hooks ask it: their HTTP client, with HOOKLEDGER_TOKEN when set
+        status, _ = http("GET", target, "/healthz", None, {}, 2)
+        server: dict[str, Any] = {"url": target, "reachable": status == 200, "status": status}
+        if status == 200:  # /healthz is open: does the server take the hooks' token?
+            status, _ = http("GET", target, "/v1/sessions?limit=1", None, {}, 2)
+            server["accepts_token"] = status == 200
+            if status in (401, 403):
+                server["reachable"] = False
+                server["error"] = (
+                    f"the server refuses the token (HTTP {status}): set HOOKLEDGER_TOKEN "
+                    "to the server's token where the hooks run"
+                )
     except Exception as e:
         server = {"url": target, "reachable": False, "error": str(e)}
 
@@ -135,7 +142,8 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
             if h.get("urls"):
                 state += f" (sending to {', '.join(h['urls'])})"
             click.echo(f"hooks ({scope}) {h['path']}: {state}")
-        click.echo(f"server {target}: {'reachable' if server['reachable'] else 'NOT reachable'}")
+        state = "reachable" if server["reachable"] else "NOT reachable"
+        click.echo(f"server {target}: {state}" + (f" ({server['error']})" if "error" in server else ""))
         click.echo(f"spool {spool_dir}: {'empty' if not pending else ', '.join(pending)}")
         if pending and server["reachable"]:
             click.echo("  a remote server ingests it after `hookledger forward-spool --url URL`;"

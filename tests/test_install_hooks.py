@@ -48,10 +48,12 @@ ORIGINAL = """{
 
 
 def hookledger(
-    home: Path, data: Path, *args: str, cwd: Path | None = None
+    home: Path, data: Path, *args: str, cwd: Path | None = None, token: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
     env["HOME"] = str(home)
+    if token is not None:
+        env["HOOKLEDGER_TOKEN"] = token
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "api.cli", "--data-dir", str(data), *args],
@@ -247,7 +249,7 @@ def test_hooks_installed_with_a_url_send_there_and_doctor_and_uninstall_find_the
         auth = {"Authorization": f"Bearer {TOKEN}"}
         found = httpx.get(f"{remote}/v1/sessions/sent-to-the-url", headers=auth, timeout=30)
         assert found.status_code == 200, "the hook sent to the URL install-hooks wrote"
-        report = json.loads(hookledger(home, laptop, "doctor", "--json").stdout)
+        report = json.loads(hookledger(home, laptop, "doctor", "--json", token=TOKEN).stdout)
     finally:
         srv.stop()
     assert report["hooks"]["user"]["missing"] == []
@@ -258,3 +260,22 @@ def test_hooks_installed_with_a_url_send_there_and_doctor_and_uninstall_find_the
     assert out.returncode == 0 and "removed" in out.stdout, out.stdout
     assert link.is_symlink() and dotfile.read_text() == ORIGINAL
     assert stat.S_IMODE(dotfile.stat().st_mode) == 0o600
+
+
+def test_doctor_tells_when_the_server_refuses_the_hooks_token(
+    settings: Settings, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    srv = Server(settings, env={"HOOKLEDGER_TOKEN": TOKEN}).start()
+    try:
+        wrong = hookledger(home, settings.data_dir, "doctor", "--json", "--url", srv.url, token="nope")
+        right = hookledger(home, settings.data_dir, "doctor", "--json", "--url", srv.url, token=TOKEN)
+    finally:
+        srv.stop()
+    report = json.loads(wrong.stdout)
+    assert wrong.returncode == 1 and report["server"]["reachable"] is False
+    assert "refuses the token" in report["server"]["error"]
+    assert json.loads(right.stdout)["server"] == {
+        "url": srv.url, "reachable": True, "status": 200, "accepts_token": True
+    }
