@@ -83,7 +83,12 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
             )
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(TIMEOUT_MS)
-            page.goto(srv.url + "/")
+            console: list[str] = []
+            page.on("console", lambda m: console.append(m.text))
+            response = page.goto(srv.url + "/")
+            assert response is not None
+            assert "script-src" not in response.headers["content-security-policy"]
+            assert "default-src 'self'" in response.headers["content-security-policy"]
             page.wait_for_selector("#conn[data-state=live]")
 
             # 1. the session appears in the list, live
@@ -158,6 +163,8 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
     assert hostile["prompt"] in shown_prompts
     assert xss == 0 and not pwned
     assert seen["positions"] == sorted(set(seen["positions"]))
+    # the page runs under its Content-Security-Policy without a violation
+    assert not [m for m in console if "Content Security Policy" in m], console
 
 
 def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureRequest) -> None:
