@@ -4,11 +4,18 @@ Checks, in one pass over the notification log (log order):
 
 1. every stored event decodes (a flipped byte usually breaks JSON or validation);
 2. each stream's versions run 1, 2, 3, … with no gap or reordering;
-3. each event's ``digest`` equals ``sha256(previous digest + canonical event)``;
+3. each event's ``digest`` equals ``sha256(previous digest + canonical event)``, and
+   its stored bytes are exactly the event's own encoding
+   (:func:`ledger.envelope.stored_bytes`): an edit that decodes to the same event (a
+   duplicate key, which readers resolve differently, a letter's case in a time, an id
+   in the JSON that the row's columns override) changes what some reader sees, and no
+   digest covers it;
 4. anchors kept outside the streams still match: every (position, stream, version,
    digest) the projections have recorded (``event_index``) must still be in the store
    unchanged. This is what reveals a deleted last event or a whole deleted stream,
-   which no chain can show by itself.
+   which no chain can show by itself;
+5. no stored row lies outside the log (a position of 0 or less, which the log never
+   reads but loading its stream does).
 
 The result names the first problem of each stream with its log position.
 """
@@ -21,7 +28,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
-from ledger.envelope import chain_digest
+from ledger.envelope import RAW_SEPARATOR, chain_digest, stored_bytes
 
 SECTION = 1000
 
@@ -114,11 +121,62 @@ def verify_store(
             )
         elif event is not None and chain_digest(previous_digest, event) != digest:
             problem(stream, n.id, n.originator_version, "digest mismatch: the event was altered or reordered")
+        elif event is not None and not _stored_as_encoded(event, bytes(n.state)):
+            problem(
+                stream, n.id, n.originator_version,
+                "stored bytes differ from the event's own encoding: edited in place "
+                "(e.g. a duplicate key, or an id in the JSON other than the row's)",
+            )
         heads[stream] = (n.originator_version, digest or "")
     for a in [anchor, *anchor_iter] if anchor is not None else []:
         report.anchors += 1
         problem(a.stream_id, a.position, a.version, "event is missing from the store (deleted, or the log's tail was cut)")
+    for stream, version, position in _rows_outside_log(recorder):
+        report.problems.append(Problem(
+            stream, position, version,
+            "stored row outside the log (position 0 or less): inserted behind the log's back",
+        ))
     return report
+
+
+def _stored_as_encoded(event: object, state: bytes) -> bool:
+    """Whether ``state`` is exactly what the ledger stores for ``event``. An event
+    stored at an earlier class version (upcast on reading) is not re-encoded as it was
+    then: its digest covers it instead."""
+    version = getattr(type(event), "class_version", 1)
+    if version > 1:
+        head = state.partition(RAW_SEPARATOR)[0]
+        if f'"class_version":{version}'.encode() not in head:
+            return True
+    return stored_bytes(event) == state  # type: ignore[arg-type]
+
+
+def _rows_outside_log(recorder: ApplicationRecorder) -> list[tuple[str, int, int]]:
+    """(stream, version, position) of every stored row at a position of 0 or less."""
+    table: str = recorder.events_table_name  # type: ignore[attr-defined]
+    datastore = recorder.datastore  # type: ignore[attr-defined]
+    sql: object
+    if hasattr(datastore, "schema"):  # PostgreSQL: the table lives in the store's schema
+        from psycopg.sql import SQL, Identifier
+
+        sql = SQL(
+            "SELECT originator_id, originator_version, notification_id FROM {}.{} "
+            "WHERE notification_id <= 0"
+        ).format(Identifier(datastore.schema), Identifier(table))
+    else:
+        sql = f"SELECT originator_id, originator_version, rowid FROM {table} WHERE rowid <= 0"
+    with datastore.transaction(commit=False) as c:
+        c.execute(sql)
+        rows = c.fetchall()
+    found = [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]  # PG: dict rows
+    return [(str(_uuid(r[0])), int(r[1]), int(r[2])) for r in found]
+
+
+def _uuid(value: object) -> object:
+    try:
+        return UUID(str(value))
+    except ValueError:
+        return value
 
 
 def _notifications(recorder: ApplicationRecorder) -> Iterator[object]:

@@ -155,3 +155,72 @@ def test_flipped_byte_is_detected_on_postgres(settings: Settings) -> None:
             f"UPDATE {table} SET state = %s WHERE notification_id = %s", (bytes(changed), position)
         )
     assert_fails_naming(settings, str(stream), position)
+
+
+def _edit_state(settings: Settings, position: int, edit: object) -> str:
+    """Apply ``edit(state) -> state`` to the row at ``position``; its stream id."""
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        stream, state = db.execute(
+            "SELECT originator_id, state FROM stored_events WHERE rowid = ?", (position,)
+        ).fetchone()
+        db.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (edit(bytes(state)), position))  # type: ignore[operator]
+    return str(uuid.UUID(stream))
+
+
+@pytest.mark.parametrize("edit", [
+    # a duplicate key in front: JSON readers that take the first one (DuckDB's
+    # json_extract) see 5,000,000 tokens, those that take the last one the real value
+    pytest.param(lambda s: b'{"output_tokens":5000000,' + s[1:], id="duplicate-key"),
+    # the same instant, parsed alike, written differently
+    pytest.param(lambda s: s.replace(b'Z"', b'z"', 1), id="time-letter-case"),
+    # an id in the JSON that the row's columns override when decoding
+    pytest.param(
+        lambda s: s.replace(b'"originator_version":', b'"originator_version":1', 1),
+        id="version-in-json",
+    ),
+])
+def test_an_edit_that_decodes_to_the_same_event_is_detected(store: Settings, edit: object) -> None:
+    position = next(p for p, _, v in rows(store) if v == 3)
+    stream = _edit_state(store, position, edit)
+    assert_fails_naming(store, stream, position)
+
+
+def test_a_row_inserted_outside_the_log_is_detected(store: Settings) -> None:
+    _, stream, version = rows(store)[-1]
+    tamper(
+        store,
+        "INSERT INTO stored_events (rowid, originator_id, originator_version, topic, state) "
+        "SELECT -5, originator_id, originator_version + 1, topic, state FROM stored_events "
+        "WHERE rowid = ?",
+        len(rows(store)),
+    )
+    assert_fails_naming(store, stream, -5)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("settings", ["postgres"], indirect=True)
+def test_duplicate_key_and_a_row_outside_the_log_are_detected_on_postgres(
+    settings: Settings,
+) -> None:
+    cli(settings, "import", str(TRANSCRIPTS[0]))
+    cli(settings, "sessions", "--json")
+    table = f'"{settings.database_schema}".hookledger_events'
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        position, stream = conn.execute(
+            f"SELECT notification_id, originator_id FROM {table} ORDER BY notification_id OFFSET 5 LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            f"UPDATE {table} SET state = '{{\"output_tokens\":5000000,'::bytea || substr(state, 2) "
+            "WHERE notification_id = %s", (position,),
+        )
+    assert_fails_naming(settings, str(stream), position)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        last_stream, _ = conn.execute(
+            f"SELECT originator_id, originator_version FROM {table} ORDER BY notification_id DESC LIMIT 1"
+        ).fetchone()
+        conn.execute(
+            f"INSERT INTO {table} (notification_id, originator_id, originator_version, topic, state) "
+            f"SELECT -5, originator_id, originator_version + 1, topic, state FROM {table} "
+            "ORDER BY notification_id DESC LIMIT 1"
+        )
+    assert_fails_naming(settings, str(last_stream), -5)
