@@ -13,6 +13,7 @@ changes the hash too; then re-derive it with ``rows_digest`` and say why in the 
 from __future__ import annotations
 
 import hashlib
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,11 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7039
-EXPECTED_SHA256 = "ccfd64efd8cbc93f336ab62cdd5d00ab39e03de22a3c65890b2b57ccaf681f27"
+EXPECTED_SHA256 = "2fd9652b49d64523ad1d676dfc0bee563a2f653b1f684538fc630de9725157be"
+# Re-derived on 2026-11-25, later: import names a file by its absolute path (discover(),
+# so a re-import under another spelling of the path adds no rejected line twice), and
+# this test imports through one fixed absolute path. The code before that change,
+# importing through the same path, gives this same hash: nothing else moved.
 # Re-derived on 2026-11-25: an import now records runs of ~2 MiB of files per
 # Ledger.record call (was up to 20,000 facts), so sessions and rejected lines interleave
 # differently in the log. The same 7,039 rows (stream, version, topic, state bytes) as
@@ -61,12 +66,28 @@ def rows_digest(services: Services) -> tuple[int, str]:
     return count, h.hexdigest()
 
 
+def fixtures_at_a_fixed_path() -> Path:
+    """The fixtures under one absolute path on every machine (a symlink, replaced
+    atomically): a rejected input names its file by its absolute path
+    (:func:`ledger.importer.discover`), which is part of the stored rows."""
+    root = Path("/tmp/hookledger-golden")
+    if os.name != "posix":
+        pytest.skip("needs /tmp and symlinks")
+    root.mkdir(exist_ok=True)
+    link = root / "fixtures"
+    if not (link.is_symlink() and link.resolve() == FIXTURES.resolve()):
+        tmp = root / f"fixtures.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(FIXTURES.resolve(), target_is_directory=True)
+        os.replace(tmp, link)
+    return link
+
+
 def test_stored_rows_are_unchanged(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ledger_app, "datetime", _FixedClock)
-    monkeypatch.chdir(FIXTURES.parent)  # relative paths: rejected inputs name their file
     for path in HOOK_FILES:
         for i, payload in enumerate(orjson.loads(path.read_bytes())):
             key = f"{path.relative_to(FIXTURES)}:{i}"
             ingest_hook(services.ledger, "claude-code", orjson.dumps(payload), key, RECORDED_AT)
-    import_paths(services.ledger, [Path(FIXTURES.name)])
+    import_paths(services.ledger, [fixtures_at_a_fixed_path()])
     assert rows_digest(services) == (EXPECTED_EVENTS, EXPECTED_SHA256)
