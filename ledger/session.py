@@ -435,11 +435,41 @@ class Session(BaseAggregate[UUID]):
         if obs.kind == "PromptSubmitted" and not historical and opens_batch(obs.data):
             batch = self.batch + 1
         status = self.status if historical else _next_status(self.status, obs)
+        if obs.kind == "ToolCallCompleted":
+            appended += self._start_unseen_call(obs, status, batch)
         self._append(
             cls, obs, key=obs.key, status=status, batch=batch, raw=obs.raw, data=obs.data,
             alias_keys=alias_keys,
         )
         return appended + 1
+
+    def _start_unseen_call(self, obs: Observation, status: SessionStatus, batch: int) -> int:
+        """A completion whose start this stream never saw (a ``PostToolUse`` without its
+        ``PreToolUse``: hooks installed while the tool ran, a ``PreToolUse`` matcher
+        narrower than the ``PostToolUse`` one) is still a tool call: append its
+        :class:`Session.ToolCallStarted` first, derived from the completion (the tool's
+        input when the source gave it, no raw record), under the start's own key, so
+        the real start arriving later is a duplicate. Returns the events appended."""
+        tool_use_id = obs.data.get("tool_use_id")
+        if not isinstance(tool_use_id, str) or not tool_use_id:
+            return 0
+        if "pair" in obs.extra:  # 2025 hooks: started iff paired with an open start
+            if tool_use_id in self.unpaired_calls:
+                return 0
+            key = f"{obs.key}:start"
+        else:
+            key = f"tool:{tool_use_id}:start"
+            if key in self.seen_keys:
+                return 0
+        self._append(
+            Session.ToolCallStarted, obs, key=key, status=status, batch=batch, raw=None,
+            data={
+                "tool_use_id": tool_use_id,
+                "tool_name": obs.data.get("tool_name") or "(unknown)",
+                "tool_input": obs.extra.get("tool_input"),
+            },
+        )
+        return 1
 
     def hook_prompt_occurrence(self, text_hash: str) -> int:
         """1-based occurrence of a prompt text among prompts delivered by hooks."""

@@ -16,9 +16,10 @@ from typing import Any
 
 import httpx
 
-from api.bootstrap import build
+from api.bootstrap import Services, build
 from ledger.config import Settings
 from ledger.importer import import_paths
+from ledger.ingest import ingest_hook
 from projections import queries
 
 from conftest import FIXTURES, Server
@@ -144,3 +145,24 @@ def test_hook_replay_equals_transcript_import(settings: Settings, tmp_path: Path
     assert hooks["batches"] == transcript["batches"]
     assert hooks["tool_calls"] == transcript["tool_calls"]
     assert hooks["batch_status"] == transcript["batch_status"]
+
+
+def test_a_tool_call_seen_only_at_its_end_is_counted_once(services: Services) -> None:
+    # PostToolUse without its PreToolUse (hooks installed while the tool ran, or a
+    # narrower PreToolUse matcher): still one tool call, in the counts as in the rows
+    posts = json.loads((LOGS / SESSION / "post_tool_use.json").read_text())
+    post = next(p for p in posts if p.get("tool_use_id") and p.get("tool_input"))
+    first = ingest_hook(services.ledger, "claude-code", json.dumps(post).encode(), "post-1")
+    assert first.result.appended == 3  # opened, the derived start, the end
+    pre = {k: v for k, v in post.items() if k not in ("tool_response", "duration_ms")}
+    pre["hook_event_name"] = "PreToolUse"  # the start, arriving late: a duplicate now
+    late = ingest_hook(services.ledger, "claude-code", json.dumps(pre).encode(), "pre-1")
+    assert late.result.appended == 0
+    services.runner.catch_up()
+    (row,) = queries.list_sessions(services.models)
+    detail = queries.get_session(services.models, row["id"])
+    assert detail is not None
+    (call,) = detail["tool_calls"]
+    assert row["tool_call_count"] == 1
+    assert (call["tool_use_id"], call["tool_name"]) == (post["tool_use_id"], post["tool_name"])
+    assert call["tool_input"] == post["tool_input"] and call["status"] == "completed"

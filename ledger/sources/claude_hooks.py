@@ -220,6 +220,7 @@ def _tool(
         or (isinstance(response, dict) and response.get("interrupted") is True),
     }
     o = Observation(ref, "ToolCallCompleted", f"tool:{tool_use_id}:end" if tool_use_id else key, data, **common)
+    o.extra["tool_input"] = tool_input  # for a start the stream never saw (Session.observe)
     facts = [o]
     if not tool_use_id:
         o.extra["pair"] = (tool_name, json_hash(tool_input))
