@@ -297,3 +297,46 @@ def test_viewer_search_finds_a_prompt_shows_it_as_text_and_opens_its_session(
             browser.close()
     finally:
         srv.stop()
+
+
+def test_live_list_keeps_the_servers_order(settings: Settings, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    # A session whose last activity is older than every row of page 1 must not jump to
+    # the top when it arrives live (an import of an old transcript), and a live page
+    # must show the rows the server lists, in its order.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    import json
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    from conftest import FIXTURES, cli
+
+    cli(settings, "import", str(FIXTURES / "spotter-claude-transcripts"))
+    old = tmp_path / "old.jsonl"
+    text = (FIXTURES / "spotter-claude-transcripts" / "short.jsonl").read_text()
+    text = text.replace("55604662-cf2a-4331-851a-ec234028f8ca", "00000000-0000-4000-8000-000000002024")
+    old.write_text(re.sub(r'"timestamp":"2026-', '"timestamp":"2024-', text))
+    ARTIFACTS.mkdir(exist_ok=True)
+    srv = Server(settings).start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(srv.url + "/")
+            page.wait_for_selector("#conn[data-state=live]")
+            page.wait_for_selector("tr.session-row")
+            cli(settings, "import", str(old))
+            listed = httpx.get(f"{srv.url}/v1/sessions?limit=50").json()["sessions"]
+            newcomer = next(s for s in listed if s["external_id"].endswith("2024"))
+            page.wait_for_selector(f'tr.session-row[data-id="{newcomer["id"]}"]')
+            page.wait_for_timeout(500)  # any further update would arrive now
+            shown = page.evaluate("[...document.querySelectorAll('tr.session-row')].map(r => r.dataset.id)")
+            page.screenshot(path=str(ARTIFACTS / (request.node.name + ".png")))
+            browser.close()
+    finally:
+        srv.stop()
+    listed = [s["id"] for s in json.loads(cli(settings, "sessions", "--json").stdout)]
+    assert shown == listed[: len(shown)]
+    assert shown[-1] == newcomer["id"], "the oldest activity is listed last"

@@ -179,11 +179,16 @@ function sessionCells(s) {
   ];
 }
 
+// ledger/lifecycle.py SessionStatus, in its order
+const STATUSES = ["CREATED", "CONNECTING", "ACTIVE", "WAITING", "PROCESSING", "PAUSED",
+  "COMPLETED", "FAILED", "TERMINATED", "ARCHIVED"];
+
 function listView(params) {
   const offset = Math.max(0, Number(params.get("offset") || 0));
   const status = params.get("status") || "";
   const agent = params.get("agent") || "";
   const rows = new Map(); // session id -> <tr>
+  const shown = new Map(); // session id -> the row shown in its <tr>
   const newest = new Map(); // session id -> newest row seen on the stream
   const tbody = el("tbody");
   const pageInfo = el("span", { class: "muted" });
@@ -195,7 +200,7 @@ function listView(params) {
     location.hash = "#/?" + q;
   };
   const statusSelect = el("select", { onchange: (e) => go({ status: e.target.value, offset: 0 }) },
-    ...["", "CREATED", "ACTIVE", "PROCESSING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "ABANDONED"].map(
+    ...["", ...STATUSES].map(
       (v) => el("option", { value: v, selected: v === status }, v || "any status")));
   const agentInput = el("input", { placeholder: "agent", value: agent, onchange: (e) => go({ agent: e.target.value, offset: 0 }) });
 
@@ -211,7 +216,32 @@ function listView(params) {
   const row = (s) => {
     const tr = el("tr", { class: "session-row", "data-id": s.id, onclick: () => { location.hash = "#/session/" + encodeURIComponent(s.id); } }, ...sessionCells(s));
     rows.set(s.id, tr);
+    shown.set(s.id, s);
     return tr;
+  };
+  const drop = (id) => {
+    rows.get(id)?.remove();
+    rows.delete(id);
+    shown.delete(id);
+  };
+  // the server's order (projections/queries.py list_sessions): most recent activity
+  // first, ties by id
+  const precedes = (a, b) => {
+    const x = a.last_activity_at || "", y = b.last_activity_at || "";
+    return x !== y ? x > y : a.id < b.id;
+  };
+  // put a row of page 1 where that order puts it; false when it falls off the page
+  const place = (tr, s) => {
+    for (const other of tbody.children) {
+      if (other !== tr && precedes(s, shown.get(other.dataset.id) || s)) {
+        tbody.insertBefore(tr, other);
+        return true;
+      }
+    }
+    const others = tbody.children.length - (tr.parentNode === tbody ? 1 : 0);
+    if (others >= PAGE) return false;
+    tbody.append(tr);
+    return true;
   };
   const matches = (s) => (!status || s.status === status) && (!agent || s.agent === agent);
   const fresher = (s) => {
@@ -231,6 +261,7 @@ function listView(params) {
       return;
     }
     rows.clear();
+    shown.clear();
     tbody.replaceChildren(...data.sessions.map((s) => row(fresher(s))));
     next.disabled = data.sessions.length < PAGE;
     pageInfo.textContent = data.sessions.length
@@ -241,29 +272,29 @@ function listView(params) {
 
   function upsert(s) {
     newest.set(s.id, s);
-    const tr = rows.get(s.id);
+    let tr = rows.get(s.id);
     if (!matches(s)) {
-      tr?.remove();
-      rows.delete(s.id);
+      drop(s.id);
       return;
     }
+    if (!tr && offset !== 0) return; // only page 1 takes in sessions from the stream
     if (tr) {
       tr.replaceChildren(...sessionCells(s));
-      if (offset === 0) tbody.prepend(tr); // most recent activity first
-    } else if (offset === 0) {
-      tbody.prepend(row(s));
-      while (tbody.children.length > PAGE) {
-        rows.delete(tbody.lastElementChild.dataset.id);
-        tbody.lastElementChild.remove();
-      }
-      pageInfo.textContent = `sessions 1–${tbody.children.length}`;
+      shown.set(s.id, s);
     } else {
-      return;
+      tr = row(s);
     }
-    const shown = rows.get(s.id);
-    shown.classList.remove("flash");
-    void shown.offsetWidth; // restart the highlight
-    shown.classList.add("flash");
+    if (offset === 0) {
+      if (!place(tr, s)) { // older than every row of a full page 1: not on it
+        drop(s.id);
+        return;
+      }
+      while (tbody.children.length > PAGE) drop(tbody.lastElementChild.dataset.id);
+      pageInfo.textContent = `sessions 1–${tbody.children.length}`;
+    }
+    tr.classList.remove("flash");
+    void tr.offsetWidth; // restart the highlight
+    tr.classList.add("flash");
   }
 
   openStream({ kinds: "session.updated" }, {
@@ -458,7 +489,15 @@ async function searchView(params) {
 function route() {
   const hash = location.hash || "#/";
   const m = hash.match(/^#\/session\/(.+)$/);
-  if (m) sessionView(decodeURIComponent(m[1]));
+  let ref = null;
+  if (m) {
+    try {
+      ref = decodeURIComponent(m[1]);
+    } catch {
+      ref = m[1]; // not percent-encoding: the reference as typed
+    }
+  }
+  if (m) sessionView(ref);
   else if (hash.startsWith("#/search")) searchView(new URLSearchParams(hash.split("?")[1] || ""));
   else listView(new URLSearchParams(hash.split("?")[1] || ""));
 }
