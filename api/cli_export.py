@@ -54,7 +54,8 @@ def export_cmd(
                           Filters(tuple(ids), since_dt))
     except (ValueError, ExportError) as e:
         raise click.ClickException(str(e)) from e
-    save_anchors(services.settings.data_dir, manifest, output.resolve())
+    save_anchors(services.settings.data_dir, manifest, output.resolve(),
+                 services.settings.store_identity())
     if as_json:
         _dump(manifest)
         return
@@ -128,7 +129,7 @@ def store_anchors(services: Any) -> Iterator[Any]:
     from ledger.exports.anchors import load_anchors
 
     try:
-        exported = load_anchors(services.settings.data_dir)
+        exported = load_anchors(services.settings.data_dir, services.settings.store_identity())
     except ValueError as e:
         raise click.ClickException(str(e)) from e
     return _unique(heapq.merge(services.anchors(), exported, key=lambda a: a.position))

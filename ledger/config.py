@@ -93,6 +93,19 @@ class Settings:
             "APPLICATION_RECORDER_TOPIC": "ledger.recorders:PollingSQLiteApplicationRecorder",
         }
 
+    def store_identity(self) -> str:
+        """Names the event store these settings open, for records kept beside it in the
+        data directory (export anchors): ``sqlite:events.db`` (the data directory's
+        own file, wherever the directory moves), or the PostgreSQL server, database
+        and schema (no user, no password)."""
+        if not self.is_postgres:
+            return "sqlite:events.db"
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.database_url or "")
+        schema = self.database_schema or "public"
+        return f"postgresql://{url.host or '127.0.0.1'}:{url.port or 5432}/{url.database or 'postgres'}?schema={schema}"
+
     def views_url(self) -> str:
         """SQLAlchemy URL of the read models."""
         if self.is_postgres:

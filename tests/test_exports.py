@@ -260,6 +260,19 @@ def test_changed_prev_digest_in_the_manifest_is_detected(copy: Path) -> None:
     assert f"stream {stream} v1: digest mismatch" in err
 
 
+def test_a_manifest_whose_filters_contradict_partial_is_refused(copy: Path) -> None:
+    # a "whole" export with a session filter would be checked against the store through
+    # that filter only: a session dropped from it (with the chain and counts redone)
+    # would go unseen by --against-store
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["partial"] is False
+    manifest["filters"]["sessions"] = list(manifest["streams"])[:1]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = verify(Settings(copy.parent / "x"), copy)
+    assert code == 1
+    assert "'partial' is False but its filters" in err
+
+
 def test_jsonl_changed_byte_and_truncation(exports: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "jsonl"
     shutil.copytree(exports["jsonl"], out)
@@ -404,3 +417,19 @@ def test_export_anchors_reveal_a_cut_tail_after_the_event_index_is_rebuilt(
     assert cli(settings, "verify", check=False).returncode == 0
     # and an export of the cut store no longer matches the earlier export's heads
     assert verify(settings, tmp_path / "out", "--against-store")[0] == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("settings", ["postgres"], indirect=True)
+def test_export_anchors_apply_only_to_the_store_they_came_from(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # one data directory, two stores: its SQLite file and a PostgreSQL schema
+    sqlite = Settings(settings.data_dir)
+    spotter = FIXTURES / "spotter-claude-transcripts"
+    cli(sqlite, "import", str(spotter / "short.jsonl"))
+    cli(sqlite, "export", "--format", "jsonl", "--output", str(tmp_path / "out"))
+    cli(settings, "import", str(spotter / "tool_heavy.jsonl"))
+    cli(settings, "sessions", "--json")
+    assert cli(settings, "verify", check=False).returncode == 0, "the other store's anchors"
+    assert cli(sqlite, "verify", check=False).returncode == 0

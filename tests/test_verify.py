@@ -186,7 +186,7 @@ def test_an_edit_that_decodes_to_the_same_event_is_detected(store: Settings, edi
 
 
 def test_a_row_inserted_outside_the_log_is_detected(store: Settings) -> None:
-    _, stream, version = rows(store)[-1]
+    _, stream, _ = rows(store)[-1]
     tamper(
         store,
         "INSERT INTO stored_events (rowid, originator_id, originator_version, topic, state) "

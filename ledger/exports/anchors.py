@@ -4,6 +4,11 @@ Each export also writes ``<data_dir>/anchors/export-<time>-<link>.json`` with th
 (position, version, digest) of every stream it holds. Store ``verify`` reads them as
 extra :class:`ledger.verify.Anchor`\\ s, so a tail cut after an export is detected even
 when the ``event_index`` read model (the other anchors) has been rebuilt from the cut log.
+
+Each file names the store it came from (``store``: :meth:`ledger.config.Settings.store_identity`),
+and only the current store's are read: one data directory may serve a SQLite store and
+PostgreSQL schemas in turn, whose logs have nothing in common. A file without ``store``
+(written before it was recorded) is read for every store.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ from ledger.verify import Anchor
 FOLDER = "anchors"
 
 
-def save_anchors(data_dir: Path, manifest: dict[str, Any], output: Path) -> Path:
-    """Write the export's heads; returns the anchor file's path."""
+def save_anchors(data_dir: Path, manifest: dict[str, Any], output: Path, store: str) -> Path:
+    """Write the export's heads of the store named ``store``; returns the file's path."""
     folder = data_dir / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     stamp = manifest["created_at"].replace(":", "").replace("-", "").replace(".", "")
     path = folder / f"export-{stamp}-{manifest['link_head'][:8] or 'empty'}.json"
     data = {
+        "store": store,
         "export": str(output),
         "created_at": manifest["created_at"],
         "store_head_position": manifest["store_head_position"],
@@ -36,8 +42,9 @@ def save_anchors(data_dir: Path, manifest: dict[str, Any], output: Path) -> Path
     return path
 
 
-def load_anchors(data_dir: Path) -> list[Anchor]:
-    """Every export anchor of ``data_dir``, sorted by position, duplicates removed.
+def load_anchors(data_dir: Path, store: str) -> list[Anchor]:
+    """Every export anchor of ``data_dir`` for the store named ``store``, sorted by
+    position, duplicates removed.
 
     Raises ValueError naming the file when an anchor file is unreadable or malformed
     (an altered anchor file is itself a finding, never skipped)."""
@@ -45,6 +52,8 @@ def load_anchors(data_dir: Path) -> list[Anchor]:
     for path in sorted((data_dir / FOLDER).glob("export-*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("store", store) != store:
+                continue  # another store's export
             for stream, h in data["heads"].items():
                 found.add(
                     Anchor(int(h["head_position"]), stream, int(h["head_version"]),

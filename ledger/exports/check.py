@@ -99,6 +99,17 @@ def read_manifest(path: Path) -> dict[str, Any]:
     entries = [*manifest["files"], *manifest["streams"].values()]
     if not manifest["files"] or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"{path / MANIFEST}: 'files' and 'streams' must hold objects")
+    try:
+        filters = Filters.from_dict(manifest.get("filters") or {})
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path / MANIFEST}: 'filters' cannot be read: {e}") from e
+    if filters.partial != manifest["partial"]:
+        # a "whole" export whose filters leave streams out would be compared with the
+        # store through those filters only, and a dropped session would go unseen
+        raise ValueError(
+            f"{path / MANIFEST}: 'partial' is {manifest['partial']} but its filters "
+            f"{filters.as_dict()} say {filters.partial}"
+        )
     return manifest
 
 
