@@ -184,6 +184,14 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
     report = verify_store(services.ledger.recorder, services.ledger.mapper, anchors)
     if report.ok:
         click.echo(f"ok: {report.events} events in {report.streams} streams, {report.anchors} anchors checked")
+        if report.events and not report.anchors:
+            click.echo(
+                "warning: nothing anchors this log (the event_index read model is empty and "
+                "no export anchors exist): the chains hold, but a cut tail or a deleted "
+                "stream cannot be seen. Reading (e.g. `hookledger stats`) projects the log "
+                "again; `hookledger export` records its heads.",
+                err=True,
+            )
         return
     for problem in report.problems:
         click.echo(f"FAIL {problem}", err=True)
@@ -220,8 +228,13 @@ def projections_rebuild(ctx: click.Context, names: tuple[str, ...]) -> None:
         if n not in PROJECTION_CLASSES:
             known = ", ".join(PROJECTION_CLASSES)
             raise click.BadParameter(f"unknown projection {n!r}; known: {known}")
+    from projections.runner import AnchorsLost
+
     chosen = tuple(dict.fromkeys(names)) or tuple(PROJECTION_CLASSES)
-    applied = _services(ctx).runner.rebuild(*chosen)
+    try:
+        applied = _services(ctx).runner.rebuild(*chosen)
+    except AnchorsLost as e:
+        raise click.ClickException(str(e)) from e
     click.echo(f"rebuilt {', '.join(chosen)}: {applied} events applied")
 
 

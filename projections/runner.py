@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, MetaData, Table, insert, select, text, update
+from sqlalchemy import Connection, Engine, MetaData, Table, insert, select, text, update
 
 from ledger.app import Ledger
 from ledger.gcpause import gc_paused
@@ -177,6 +177,9 @@ class ProjectionRunner:
 
         Raises:
             KeyError: an unknown projection name.
+            AnchorsLost: the rebuilt ``event_index`` lacks rows of the live one (the
+                store lost or changed events since they were projected); nothing is
+                swapped, so the live anchors still show it to ``verify``.
         """
         names = names or tuple(PROJECTION_CLASSES)
         md = MetaData()
@@ -215,6 +218,8 @@ class ProjectionRunner:
                     )
                     if min((found.get(n, 0) for n in shadow_names), default=0) < head:
                         continue  # written meanwhile: catch the new tail up first
+                    if "event_index" in names:
+                        _check_anchors_kept(conn)
                     for name in names:
                         _drop_companions(conn, name, "")
                         for base, t in self.models.tables[name].items():
@@ -225,6 +230,32 @@ class ProjectionRunner:
                         _set_tracking(conn, tracking, name, found[name + REBUILD_SUFFIX])
                     conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
                     return applied
+
+
+class AnchorsLost(RuntimeError):
+    """A rebuilt ``event_index`` would drop or change anchors of the live one."""
+
+
+def _check_anchors_kept(conn: Connection) -> None:
+    """Raise :class:`AnchorsLost` unless every row of the live ``event_index`` is in the
+    rebuilt one unchanged (position, stream, version, digest). The live rows are what
+    ``verify`` checks the store against: swapping in an index rebuilt from a store whose
+    tail was cut would erase the evidence."""
+    shadow = "event_index" + REBUILD_SUFFIX
+    missing = conn.execute(text(
+        f'SELECT o.position, o.stream_id, o.version FROM event_index o LEFT JOIN "{shadow}" n '
+        "ON n.position = o.position AND n.stream_id = o.stream_id AND n.version = o.version "
+        "AND n.digest = o.digest WHERE n.position IS NULL ORDER BY o.position"
+    )).all()
+    if missing:
+        position, stream, version = missing[0]
+        raise AnchorsLost(
+            f"not swapped in: the rebuilt event_index lacks {len(missing)} of the live one's "
+            f"anchors (first: stream {stream} v{version} at position {position}); the store "
+            "lost or changed events since they were projected. Run `hookledger verify`; "
+            "if the store was restored from an older backup on purpose, delete the read "
+            "models (views.db) instead of rebuilding them."
+        )
 
 
 def _catch_up(

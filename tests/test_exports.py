@@ -407,14 +407,25 @@ def test_export_anchors_reveal_a_cut_tail_after_the_event_index_is_rebuilt(
     position, stream, version = store_rows(settings)[-1]
     with sqlite3.connect(settings.data_dir / "events.db") as db:
         db.execute("DELETE FROM stored_events WHERE rowid = ?", (position,))
-    # the event_index is rebuilt from the cut log: it no longer knows the lost event
-    cli(settings, "projections", "rebuild", "event_index")
+    # a rebuild from the cut log is refused: it would drop the lost event's anchor
+    refused = cli(settings, "projections", "rebuild", "event_index", check=False)
+    assert refused.returncode == 1
+    assert f"stream {stream} v{version} at position {position}" in refused.stderr.decode()
+    # the read models deleted instead (and rebuilt from the cut log on the next read):
+    # the event_index no longer knows the lost event, the export's anchors still do
+    (settings.data_dir / "views.db").unlink()
     r = cli(settings, "verify", check=False)
     assert r.returncode == 1
     assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
     # control: without the export's anchors the cut would go unnoticed
     shutil.rmtree(settings.data_dir / "anchors")
     assert cli(settings, "verify", check=False).returncode == 0
+    # and with no anchors at all, verify says so
+    (settings.data_dir / "views.db").unlink()
+    unanchored = cli(settings, "verify", check=False)
+    assert unanchored.returncode == 0
+    assert b"0 anchors checked" in unanchored.stdout
+    assert unanchored.stderr.startswith(b"warning: nothing anchors this log")
     # and an export of the cut store no longer matches the earlier export's heads
     assert verify(settings, tmp_path / "out", "--against-store")[0] == 1
 
