@@ -50,6 +50,10 @@ class RecordResult:
     sessions: list[UUID] = field(default_factory=list)
     appended_keys: list[tuple[int, str, UUID]] = field(default_factory=list)
     """(position, idempotency key, stream id) of each appended event, in log order."""
+    causes: dict[str, str] = field(default_factory=dict)
+    """Idempotency key of an appended event the aggregate derived from an observation
+    (a ``Reopened``, a ``ToolCallStarted`` for a completion whose start it never saw)
+    -> that observation's key."""
 
     def add(self, other: RecordResult) -> None:
         self.appended += other.appended
@@ -58,6 +62,7 @@ class RecordResult:
         self.sessions_created += other.sessions_created
         self.positions.extend(other.positions)
         self.appended_keys.extend(other.appended_keys)
+        self.causes.update(other.causes)
         known = set(self.sessions)
         for sid in other.sessions:
             if sid not in known:
@@ -173,6 +178,8 @@ class Ledger(Application[UUID]):
                 self._evict(w.stream_id for w in work)
                 raise
         result.appended = len(result.positions)
+        for w in work:
+            result.causes.update(w.causes)
         for sid, observations in by_session.items():
             result.sessions.append(sid)
             keys = {o.key for o in observations}
@@ -319,6 +326,7 @@ class _StreamWork:
     aggregate: Any = None
     now: datetime
     stream_id: UUID
+    causes: dict[str, str]
 
     def begin(self, ledger: Ledger) -> None:
         raise NotImplementedError
@@ -332,6 +340,7 @@ class _SessionWork(_StreamWork):
     def __init__(self, sid: UUID, observations: list[Observation]) -> None:
         self.sid = self.stream_id = sid
         self.observations = observations
+        self.causes = {}
 
     def begin(self, ledger: Ledger) -> None:
         self.now = datetime.now(UTC)
@@ -341,9 +350,15 @@ class _SessionWork(_StreamWork):
         self.aggregate = found
 
     def apply_all(self) -> Iterator[int]:
-        agg, now = self.aggregate, self.now
+        agg, now, causes = self.aggregate, self.now, self.causes
+        pending = agg.pending_events
         for obs in self.observations:
-            yield agg.observe(obs, now)
+            n = agg.observe(obs, now)
+            if n > 1:  # events derived from it besides its own
+                for event in pending[len(pending) - n :]:
+                    if event.event_key != obs.key:
+                        causes[event.event_key] = obs.key
+            yield n
 
 
 class _RejectedWork(_StreamWork):
@@ -351,6 +366,7 @@ class _RejectedWork(_StreamWork):
         self.qid = self.stream_id = quarantine_id(source)
         self.source = source
         self.rejected = rejected
+        self.causes = {}
 
     def begin(self, ledger: Ledger) -> None:
         self.now = datetime.now(UTC)

@@ -5,9 +5,10 @@ each journal chunk calls :meth:`GroupWriter.submit`, which returns a future. The
 writer takes everything queued (up to ``max_items``), records it with ONE
 ``Ledger.record`` call (one transaction per call once the ledger saves all sessions
 together) and answers each submitter with its own share of the result: the log
-positions of the events whose idempotency key came from its items (an event the
-aggregate derived, such as ``SessionOpened``, goes to the first submitter that
-touched its stream). Duplicates count per submitter.
+positions of the events whose idempotency key came from its items, or that the
+aggregate derived from one of them (``RecordResult.causes``: a ``Reopened``, a
+``ToolCallStarted`` for a completion whose start it never saw); ``Opened`` goes to the
+first submitter that touched its stream. Duplicates count per submitter.
 
 Submissions awaited on an event loop are answered with one
 ``call_soon_threadsafe`` per loop and group, not one per submission (each is a write to
@@ -189,8 +190,11 @@ class GroupWriter:
                         shares[n].sessions.append(sid)
                 else:
                     shares[n].rejected += 1
+        causes = result.causes
         for position, key, stream in result.appended_keys:
             n = owner_of_key.get(key)
+            if n is None and key in causes:  # derived from a submitter's observation
+                n = owner_of_key.get(causes[key])
             if n is None:
                 n = owner_of_stream.get(stream, 0)
             shares[n].positions.append(position)
