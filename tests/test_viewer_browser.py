@@ -340,3 +340,63 @@ def test_live_list_keeps_the_servers_order(settings: Settings, request: pytest.F
     listed = [s["id"] for s in json.loads(cli(settings, "sessions", "--json").stdout)]
     assert shown == listed[: len(shown)]
     assert shown[-1] == newcomer["id"], "the oldest activity is listed last"
+
+
+def test_a_session_update_keeps_the_readers_scroll_and_selection(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    # a busy session re-renders on every event: an output the reader scrolled or is
+    # selecting text in must stay as it is
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    from conftest import FIXTURES, cli
+
+    ref = "258c7280-ae70-4798-800f-63464d01a85d"
+    cli(settings, "import", str(FIXTURES / "spotter-claude-transcripts" / f"{ref}.jsonl"))
+    note = {"session_id": ref, "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp",
+            "hook_event_name": "Notification", "message": "Claude needs your permission"}
+    srv = Server(settings).start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{srv.url}/#/session/{ref}")
+            page.wait_for_selector("#batches tr[data-tool-use-id]")
+            # open the first output taller than its box, and scroll it
+            page.evaluate("""() => {
+                for (const d of document.querySelectorAll('#batches details[data-key^="out:"]')) d.open = true;
+            }""")
+            page.wait_for_selector('#batches details[data-key^="out:"] > pre')
+            key = page.evaluate("""() => {
+                for (const pre of document.querySelectorAll('#batches details[data-key^="out:"] > pre')) {
+                    if (pre.scrollHeight > pre.clientHeight + 200) { pre.scrollTop = 150; return pre.parentElement.dataset.key; }
+                }
+                return null;
+            }""")
+            assert key, "a fixture output taller than its box"
+            top = "k => document.querySelector(`details[data-key=\"${k}\"] > pre`).scrollTop"
+            rendered = page.evaluate("window.hookledger.rendered")
+            post(srv.url, note, "note-1")
+            page.wait_for_function("n => window.hookledger.rendered > n", arg=rendered)
+            assert page.evaluate(top, key) == 150
+            # select text in it: the next update waits for the selection to end
+            page.evaluate(f"""() => {{
+                const pre = document.querySelector('details[data-key="{key}"] > pre');
+                document.getSelection().selectAllChildren(pre);
+            }}""")
+            rendered = page.evaluate("window.hookledger.rendered")
+            events = page.evaluate("window.hookledger.positions.length")
+            post(srv.url, {**note, "message": "again"}, "note-2")
+            page.wait_for_function("n => window.hookledger.positions.length > n", arg=events)
+            page.wait_for_timeout(600)  # the re-render would have happened by now
+            assert page.evaluate("document.getSelection().toString().length") > 0
+            assert page.evaluate("window.hookledger.rendered") == rendered
+            page.evaluate("document.getSelection().removeAllRanges()")
+            page.wait_for_function("n => window.hookledger.rendered > n", arg=rendered)
+            page.screenshot(path=str(ARTIFACTS / (request.node.name + ".png")))
+            browser.close()
+    finally:
+        srv.stop()

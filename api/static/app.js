@@ -367,7 +367,29 @@ function sessionView(id) {
     );
   }
 
+  // While the reader selects text in the batches, a re-render would clear the
+  // selection: the newest detail waits until the selection ends.
+  let deferred = null;
+  const selecting = () => {
+    const sel = document.getSelection();
+    return !!sel && !sel.isCollapsed && batches.contains(sel.anchorNode);
+  };
+  const onSelection = () => {
+    if (!batches.isConnected) {
+      document.removeEventListener("selectionchange", onSelection);
+    } else if (deferred && !selecting()) {
+      const d = deferred;
+      deferred = null;
+      render(d);
+    }
+  };
+  document.addEventListener("selectionchange", onSelection);
+
   function render(d) {
+    if (selecting()) {
+      deferred = d;
+      return;
+    }
     renderMeta(d);
     const summaries = new Map((d.summaries || []).map((sm) => [`${sm.scope}:${sm.batch}`, sm]));
     const byBatch = new Map();
@@ -393,7 +415,15 @@ function sessionView(id) {
         summaryBlock(summaries.get(`batch:${b.batch}`)),
       ));
     }
+    // open outputs keep where the reader scrolled them to
+    const scrolled = [...batches.querySelectorAll("details[open][data-key] > pre")]
+      .filter((pre) => pre.scrollTop > 0)
+      .map((pre) => [pre.parentElement.dataset.key, pre.scrollTop]);
     batches.replaceChildren(...blocks);
+    for (const [key, top] of scrolled) {
+      const pre = batches.querySelector(`details[data-key="${CSS.escape(key)}"] > pre`);
+      if (pre) pre.scrollTop = top;
+    }
     timeline.replaceChildren(...d.status_history.map((h) => el("li", {},
       when(h.at), " ", h.from_status || "—", " → ", badge(h.to_status), " ", el("span", { class: "muted" }, h.cause))));
     note.textContent = "";
