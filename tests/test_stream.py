@@ -484,9 +484,8 @@ def test_stream_response_sends_without_a_scope_and_keeps_the_library_timeout(
     anyio.run(run)
 
 
+@pytest.mark.parametrize("settings", ["sqlite"], indirect=True)  # edits the SQLite file
 def test_a_stored_event_that_no_longer_decodes_is_sent_with_its_error(settings: Settings) -> None:
-    if settings.is_postgres:
-        pytest.skip("corrupts a row of the SQLite file directly")
     import sqlite3
     from uuid import UUID
 
