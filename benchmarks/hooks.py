@@ -222,9 +222,13 @@ def count_tool_keys(services) -> int:  # type: ignore[no-untyped-def]
         if not section:
             return len(keys)
         for note in section:
-            key = services.ledger.mapper.to_domain_event(note).event_key
-            if key.startswith("tool:"):
-                keys.add((note.originator_id, key))
+            event = services.ledger.mapper.to_domain_event(note)
+            # one per hook body (a start that came after its completion is kept as
+            # ``tool:…:start:late``); not the starts the ledger derives for a completion
+            # whose start it has not seen (record_key ``derived:…``)
+            derived = (event.record_key or "").startswith("derived:")
+            if event.event_key.startswith("tool:") and not derived:
+                keys.add((note.originator_id, event.event_key))
         start = section[-1].id
 
 

@@ -359,6 +359,8 @@ class Session(BaseAggregate[UUID]):
         self.ended_at: datetime | None = None
         self.hook_prompt_counts: dict[str, int] = {}
         self.unpaired_calls: dict[str, tuple[str, str]] = {}
+        self.derived_starts: set[str] = set()
+        """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
         self.liveness = Liveness()
         self._now = self.created_on
 
@@ -401,7 +403,7 @@ class Session(BaseAggregate[UUID]):
         """
         seen = self.seen_keys
         if obs.key in seen or (obs.alias_keys and not seen.isdisjoint(obs.alias_keys)):
-            return 0
+            return self._keep_late_start(obs, recorded_at)
         alias_keys = obs.alias_keys
         cls = self.EVENT_CLASSES[obs.kind]
         self._now = recorded_at
@@ -443,6 +445,28 @@ class Session(BaseAggregate[UUID]):
         )
         return appended + 1
 
+    def _keep_late_start(self, obs: Observation, recorded_at: datetime) -> int:
+        """The real start of a tool call whose start was derived from its completion
+        (it arrived later: e.g. a remote hook's ``PreToolUse`` spooled while the server
+        was down, its ``PostToolUse`` sent directly) is no new fact, but its record is
+        kept: a :class:`Session.RecordObserved` with its raw payload, key
+        ``<start key>:late``. Anything else already seen appends nothing. Returns the
+        events appended."""
+        key = f"{obs.key}:late"
+        if (
+            obs.kind != "ToolCallStarted"
+            or obs.key not in self.derived_starts
+            or obs.raw is None
+            or key in self.seen_keys
+        ):
+            return 0
+        self._now = recorded_at
+        self._append(
+            Session.RecordObserved, obs, key=key, status=self.status, batch=self._batch_for(obs),
+            raw=obs.raw, data={"record_type": "tool call start after its completion"},
+        )
+        return 1
+
     def _start_unseen_call(self, obs: Observation, status: SessionStatus, batch: int) -> int:
         """A completion whose start this stream never saw (a ``PostToolUse`` without its
         ``PreToolUse``: hooks installed while the tool ran, a ``PreToolUse`` matcher
@@ -463,6 +487,7 @@ class Session(BaseAggregate[UUID]):
                 return 0
         self._append(
             Session.ToolCallStarted, obs, key=key, status=status, batch=batch, raw=None,
+            record_key=f"derived:{obs.record_key or obs.key}",
             data={
                 "tool_use_id": tool_use_id,
                 "tool_name": obs.data.get("tool_name") or "(unknown)",
@@ -516,11 +541,13 @@ class Session(BaseAggregate[UUID]):
         raw: Any,
         data: dict[str, Any],
         alias_keys: tuple[str, ...] = (),
+        record_key: str | None = None,
     ) -> None:
         """Append the stream's next event: validated as ``cls(**fields)`` would be (the
         model's own validator, called without ``BaseModel.__init__``), sealed, then applied
         as ``event.mutate(self)`` would, without its originator id and version checks,
-        which hold by construction here."""
+        which hold by construction here. ``record_key``: instead of the observation's
+        (a derived event names its cause)."""
         if raw is not None and not isinstance(raw, str):
             raw = raw.strip().decode("utf-8") if isinstance(raw, bytes) else orjson.dumps(raw).decode()
         version = self.version + 1
@@ -536,7 +563,7 @@ class Session(BaseAggregate[UUID]):
                 source_version=obs.source_version,
                 occurred_at=obs.occurred_at,
                 raw=raw,
-                record_key=obs.record_key,
+                record_key=record_key or obs.record_key,
                 redactions=tuple(Redaction.model_validate(r) for r in obs.redactions)
                 if obs.redactions and key == obs.key
                 else (),
@@ -570,6 +597,8 @@ class Session(BaseAggregate[UUID]):
                     h = _alias_hash(event.alias_keys)
                     if h is not None:
                         self.hook_prompt_counts[h] = self.hook_prompt_counts.get(h, 0) + 1
+            case Session.ToolCallStarted() if (event.record_key or "").startswith("derived:"):
+                self.derived_starts.add(event.event_key)
             case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
                 self.unpaired_calls[event.tool_use_id] = (event.tool_name, json_hash(event.tool_input))
             case Session.ToolCallCompleted() if event.tool_use_id in self.unpaired_calls:

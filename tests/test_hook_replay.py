@@ -155,9 +155,8 @@ def test_a_tool_call_seen_only_at_its_end_is_counted_once(services: Services) ->
     first = ingest_hook(services.ledger, "claude-code", json.dumps(post).encode(), "post-1")
     assert first.result.appended == 3  # opened, the derived start, the end
     pre = {k: v for k, v in post.items() if k not in ("tool_response", "duration_ms")}
-    pre["hook_event_name"] = "PreToolUse"  # the start, arriving late: a duplicate now
-    late = ingest_hook(services.ledger, "claude-code", json.dumps(pre).encode(), "pre-1")
-    assert late.result.appended == 0
+    pre["hook_event_name"] = "PreToolUse"  # the start, arriving late: no new tool call
+    ingest_hook(services.ledger, "claude-code", json.dumps(pre).encode(), "pre-1")
     services.runner.catch_up()
     (row,) = queries.list_sessions(services.models)
     detail = queries.get_session(services.models, row["id"])
@@ -166,3 +165,21 @@ def test_a_tool_call_seen_only_at_its_end_is_counted_once(services: Services) ->
     assert row["tool_call_count"] == 1
     assert (call["tool_use_id"], call["tool_name"]) == (post["tool_use_id"], post["tool_name"])
     assert call["tool_input"] == post["tool_input"] and call["status"] == "completed"
+
+
+def test_a_start_arriving_after_its_derived_start_is_kept_not_dropped(services: Services) -> None:
+    # a remote hook's PreToolUse spooled while the server was down arrives after its
+    # PostToolUse: no new fact (the start was derived), but its record is kept whole
+    posts = json.loads((LOGS / SESSION / "post_tool_use.json").read_text())
+    post = next(p for p in posts if p.get("tool_use_id") and p.get("tool_input"))
+    pre = {k: v for k, v in post.items() if k not in ("tool_response", "duration_ms")}
+    pre["hook_event_name"] = "PreToolUse"
+    ingest_hook(services.ledger, "claude-code", json.dumps(post).encode(), "post-1")
+    late = ingest_hook(services.ledger, "claude-code", json.dumps(pre).encode(), "pre-1")
+    again = ingest_hook(services.ledger, "claude-code", json.dumps(pre).encode(), "pre-1")
+    assert (late.result.appended, again.result.appended) == (1, 0)
+    kept = [e for _, e in services.ledger.read_log(0, 100) if e.raw and '"PreToolUse"' in e.raw]
+    assert [type(e).__name__ for e in kept] == ["RecordObserved"]
+    services.runner.catch_up()
+    (row,) = queries.list_sessions(services.models)
+    assert row["tool_call_count"] == 1

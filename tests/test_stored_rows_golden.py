@@ -36,14 +36,16 @@ HOOK_FILES = sorted(
     for p in (FIXTURES / folder).rglob("*.json")
     if p.name != "chat.json"
 )
-EXPECTED_EVENTS = 7263
-EXPECTED_SHA256 = "f5f0f92eb090aab2fd738027c7aad13117e05e2fbe329cdcce2a5da20ff549a6"
+EXPECTED_EVENTS = 7407
+EXPECTED_SHA256 = "926ac5481bfa3457dc60e3f58d60df5a5c675dab88149948da0fd0826f57a80e"
 # Re-derived on 2026-11-25, later still: a tool call's completion whose start the
-# stream never saw now appends a ToolCallStarted derived from it first
-# (Session._start_unseen_call). This test ingests the hook files in name order, so every
-# PostToolUse comes before its PreToolUse: 367 derived starts from hooks and one from a
-# Codex rollout whose output has no call, less the 144 later starts they make
-# duplicates, give 224 more rows than 7,039.
+# stream never saw now appends a ToolCallStarted derived from it first (record_key
+# ``derived:…``; Session._start_unseen_call), and a start arriving after that is kept as
+# a RecordObserved ``<start key>:late`` (Session._keep_late_start). This test ingests
+# the hook files in name order, so every PostToolUse comes before its PreToolUse: 368
+# derived starts (367 from hooks, one from a Codex rollout whose output has no call),
+# and the 144 hook starts that arrive after theirs kept as late records instead of
+# being appended as starts: 368 more rows than 7,039.
 # Re-derived on 2026-11-25, later: import names a file by its absolute path (discover(),
 # so a re-import under another spelling of the path adds no rejected line twice), and
 # this test imports through one fixed absolute path. The code before that change,
