@@ -50,8 +50,10 @@ def _reference_append(
     raw: Any,
     data: dict[str, Any],
     alias_keys: tuple[str, ...] = (),
+    record_key: str | None = None,
 ) -> None:
-    """``Session._append`` as it was before its shortcuts (commit 126d082)."""
+    """``Session._append`` as it was before its shortcuts (commit 126d082), with the
+    ``record_key`` parameter it gained since (a derived event names its cause)."""
     if raw is not None and not isinstance(raw, str):
         raw = raw.strip().decode("utf-8") if isinstance(raw, bytes) else orjson.dumps(raw).decode()
     event = cls(
@@ -65,7 +67,7 @@ def _reference_append(
         source_version=obs.source_version,
         occurred_at=obs.occurred_at,
         raw=raw,
-        record_key=obs.record_key,
+        record_key=record_key or obs.record_key,
         redactions=tuple(Redaction.model_validate(r) for r in obs.redactions)
         if key == obs.key
         else (),
