@@ -36,6 +36,14 @@ TIMEOUT_MS = 30_000
 pytestmark = pytest.mark.slow
 
 
+def _open_page(p: Any) -> tuple[Any, Any]:
+    """Debian's Chromium (Playwright ``p``) and a 1400x1000 page with the test timeout."""
+    browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    return browser, page
+
+
 def post(url: str, payload: dict[str, Any], key: str, tries: int = 600) -> dict[str, Any]:
     """POST one hook payload; retried with the same capture key while the server is down."""
     for _ in range(tries):
@@ -243,9 +251,7 @@ def test_viewer_shows_a_batch_summary_live_and_escaped(settings: Settings, reque
         for n, h in enumerate(hooks):
             sid = post(srv.url, h, f"summary-{n}")["sessions"][0]
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(TIMEOUT_MS)
+            browser, page = _open_page(p)
             page.goto(f"{srv.url}/#/session/{sid}")
             page.wait_for_selector("#batches .batch[data-batch='1']")
             assert page.locator(".summary").count() == 0  # the batch is still open
@@ -321,9 +327,7 @@ def test_live_list_keeps_the_servers_order(settings: Settings, request: pytest.F
     srv = Server(settings).start()
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(TIMEOUT_MS)
+            browser, page = _open_page(p)
             page.goto(srv.url + "/")
             page.wait_for_selector("#conn[data-state=live]")
             page.wait_for_selector("tr.session-row")
@@ -360,9 +364,7 @@ def test_a_session_update_keeps_the_readers_scroll_and_selection(
     srv = Server(settings).start()
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(TIMEOUT_MS)
+            browser, page = _open_page(p)
             page.goto(f"{srv.url}/#/session/{ref}")
             page.wait_for_selector("#batches tr[data-tool-use-id]")
             # open the first output taller than its box, and scroll it
