@@ -472,8 +472,12 @@ class Session(BaseAggregate[UUID]):
         ``PreToolUse``: hooks installed while the tool ran, a ``PreToolUse`` matcher
         narrower than the ``PostToolUse`` one) is still a tool call: append its
         :class:`Session.ToolCallStarted` first, derived from the completion (the tool's
-        input when the source gave it, no raw record), under the start's own key, so
-        the real start arriving later is a duplicate. Returns the events appended."""
+        input when the source gave it, no raw record, ``record_key`` ``derived:…``),
+        under the start's own key, so the real start arriving later adds no second start
+        (:meth:`_keep_late_start` keeps its record). A 2025 hook start (no
+        ``tool_use_id``, paired by tool and input) arriving after its completion is not
+        recognised as late: it is appended as a start of its own. Returns the events
+        appended."""
         tool_use_id = obs.data.get("tool_use_id")
         if not isinstance(tool_use_id, str) or not tool_use_id:
             return 0
