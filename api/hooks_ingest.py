@@ -12,7 +12,9 @@ Both paths parse in their own thread/task and record through one
   ``X-Hookledger-Redactions`` (what the client removed before sending, e.g.
   ``[{"kind":"private_tag","path":"$.prompt","count":1}]``, recorded with the event;
   a malformed value is ignored with a logged reason, never refused:
-  :func:`ledger.ingest.parse_edge_redactions`).
+  :func:`ledger.ingest.parse_edge_redactions`). A body over ``MAX_BODY_BYTES``
+  (32 MiB) is not held in memory: its first 16 MiB, size and sha256 are recorded as
+  rejected input and the answer is 413 ``{"error", "rejected": true, "positions"}``.
 * ``POST /v1/journal`` — many hook payloads in one body, in the spool journal's own
   framing (``Content-Type: application/x-hookledger-journal``; each record carries its
   agent, capture key, capture time and edge redactions: :mod:`ledger.journal`). A remote
@@ -29,9 +31,11 @@ Both paths parse in their own thread/task and record through one
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import anyio
 import orjson
@@ -41,12 +45,23 @@ from starlette.routing import Route
 
 from api.bootstrap import Services
 from api.hot_path.hook_fast import uuid7
-from ledger.ingest import HOOK_PARSERS, EdgeRedactionsError, parse_edge_redactions, parse_hook_body
+from ledger.ingest import (
+    HOOK_PARSERS,
+    MAX_BODY_BYTES,
+    EdgeRedactionsError,
+    parse_edge_redactions,
+    parse_hook_body,
+)
 from ledger.journal import JournalIngester, ingest_journal
+from ledger.observation import Rejected
+from ledger.quarantine import MAX_KEPT_BYTES
 from ledger.sources.claude_common import parse_time
 from ledger.writer import GroupWriter
 
 JOURNAL_POLL_S = 0.02
+MAX_JOURNAL_BODY_BYTES = MAX_BODY_BYTES + (2 << 20)
+"""A forwarded journal piece is at most 1 MiB of records, or one record alone (a hook
+body, itself rejected beyond ``MAX_BODY_BYTES``, plus its header)."""
 INLINE_PARSE_BYTES = 64 * 1024
 """Bodies up to this size are parsed on the event loop (cheaper than a thread hop)."""
 
@@ -122,10 +137,14 @@ class HookIngest:
 
     async def post_hook(self, request: Request) -> Response:
         agent = request.path_params["agent"]
-        body = await request.body()
         key = request.headers.get("x-hookledger-capture-key") or uuid7()
         at = parse_time(request.headers.get("x-hookledger-captured-at")) or datetime.now(UTC)
         edge = _edge_redactions(request, key)
+        body = await _read_body(request, MAX_BODY_BYTES)
+        if isinstance(body, Oversized):
+            return await self._too_large(body.rejected(
+                f"hook:{agent}", f"capture {key}", agent, f"{agent}.hook", edge
+            ))
         if len(body) <= INLINE_PARSE_BYTES:
             items, error = parse_hook_body(agent, body, key, at, edge)
         else:
@@ -144,10 +163,12 @@ class HookIngest:
 
 
     async def post_journal(self, request: Request) -> Response:
-        body = await request.body()
+        source = f"http:journal:{uuid7()}"
+        body = await _read_body(request, MAX_JOURNAL_BODY_BYTES)
+        if isinstance(body, Oversized):
+            return await self._too_large(body.rejected("spool:journal", f"{source} request"))
         if not body:
             return JSONResponse({"error": "empty body: expected journal records"}, 400)
-        source = f"http:journal:{uuid7()}"
 
         records, r = await anyio.to_thread.run_sync(
             lambda: ingest_journal(body, source, self.writer.submit)
@@ -163,6 +184,51 @@ class HookIngest:
              "rejected": r.rejected, "positions": r.positions},
             202,
         )
+
+
+    async def _too_large(self, rejected: Rejected) -> Response:
+        """Record a body cut at the limit (its first bytes, size and sha256) as rejected
+        input; 413 ``{"error", "rejected": true, "positions"}``."""
+        r = await self.writer.answer([rejected])
+        return _json({"error": rejected.reason, "rejected": True, "positions": r.positions}, 413)
+
+
+class Oversized(NamedTuple):
+    """A request body longer than the route's limit: its first bytes, whole size, sha256."""
+
+    head: bytes
+    size: int
+    sha256: str
+    limit: int
+
+    def rejected(
+        self, source: str, location: str, agent: str = "unknown",
+        source_format: str = "unknown", edge: list[dict] | None = None,
+    ) -> Rejected:
+        reason = f"body of {self.size} bytes is larger than the limit of {self.limit} bytes"
+        return Rejected(source, location, reason, self.head, agent, source_format,
+                        tuple(edge or ()), self.size, self.sha256)
+
+
+async def _read_body(request: Request, limit: int) -> bytes | Oversized:
+    """The request body; or, when it is longer than ``limit`` bytes, its first
+    ``MAX_KEPT_BYTES``, size and sha256. Memory stays within ``limit`` plus one chunk,
+    whatever the sender sends."""
+    buf = bytearray()
+    digest = None
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if digest is not None:
+            digest.update(chunk)
+            continue
+        buf += chunk
+        if len(buf) > limit:
+            digest = hashlib.sha256(buf)
+            del buf[MAX_KEPT_BYTES:]
+    if digest is None:
+        return bytes(buf)
+    return Oversized(bytes(buf), size, digest.hexdigest(), limit)
 
 
 def _json(content: dict, status: int) -> Response:

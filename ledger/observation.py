@@ -118,10 +118,15 @@ class Rejected:
     source_format: str = "unknown"
     redactions: tuple[Any, ...] = ()
     """Redactions already applied to ``data`` at the edge (the hook client's spool)."""
+    size: int | None = None
+    """Set when ``data`` is only the first bytes of a larger input, cut where it was
+    received (a request body over the server's limit): the whole input's size in bytes."""
+    sha256: str | None = None
+    """With ``size``: the sha256 (hex) of the whole input as received."""
 
     @property
     def key(self) -> str:
-        h = hashlib.sha256(self.data)
+        h = hashlib.sha256(self.data if self.sha256 is None else self.sha256.encode())
         h.update(f"\0{self.source}\0{self.location}".encode())
         return "rejected:" + h.hexdigest()[:32]
 

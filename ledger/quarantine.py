@@ -42,7 +42,10 @@ class Quarantine(BaseAggregate[UUID]):
     class InputRejected(Event):
         """Input that could not be parsed. ``text`` is the input decoded as UTF-8 with
         invalid bytes escaped (``backslashreplace``); ``data_b64`` holds the exact bytes
-        when they were not valid UTF-8. ``size`` in bytes, ``sha256`` of all bytes."""
+        when they were not valid UTF-8. ``size`` in bytes, ``sha256`` of all bytes (after
+        privacy redaction; of the bytes as received when the input was cut where it was
+        received, e.g. a request body over the server's limit). ``truncated``: ``text``
+        holds only the first bytes (at most 16 MiB)."""
 
         source: str
         location: str
@@ -86,6 +89,10 @@ class Quarantine(BaseAggregate[UUID]):
         cleaned, redactions = redact_text(rejected.data.decode("utf-8", "surrogateescape"))
         data = cleaned.encode("utf-8", "surrogateescape") if redactions else rejected.data
         kept = data[:MAX_KEPT_BYTES]
+        if rejected.size is None:
+            size, sha256 = len(data), hashlib.sha256(data).hexdigest()
+        else:  # cut where it was received: the whole input's size and digest
+            size, sha256 = rejected.size, rejected.sha256
         try:
             text = kept.decode("utf-8")
             data_b64 = None
@@ -104,9 +111,9 @@ class Quarantine(BaseAggregate[UUID]):
             "reason": rejected.reason,
             "text": text,
             "data_b64": data_b64,
-            "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "truncated": len(data) > MAX_KEPT_BYTES,
+            "size": size,
+            "sha256": sha256,
+            "truncated": size > len(kept),
             "redactions": [*rejected.redactions, *redactions],
         }
         event = self.InputRejected(**fields)

@@ -218,3 +218,50 @@ def test_only_hookledgers_own_answers_count_as_delivered(tmp_path: Path) -> None
         assert sorted(_prompts(srv.url)) == ["forwarded prompt 1", "forwarded prompt 3"]
     finally:
         srv.stop()
+
+
+def test_a_body_over_the_limit_is_kept_cut_as_rejected_input_and_answered_413(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server never holds a body over its limit: the first 16 MiB, the size and the
+    # sha256 are recorded as rejected input; the hook client counts the 413 as delivered.
+    # A forwarded spool sends a record that large alone, so its neighbours are recorded.
+    import hashlib
+    from uuid import UUID
+
+    from api.hooks_ingest import MAX_JOURNAL_BODY_BYTES
+    from ledger.ingest import MAX_BODY_BYTES
+    from ledger.quarantine import MAX_KEPT_BYTES, quarantine_id
+
+    huge = b'{"session_id": "00000000-0000-4000-8000-000000000001", "prompt": "'
+    huge += b"x" * (MAX_JOURNAL_BODY_BYTES + 1) + b'"}'
+    settings = Settings(tmp_path / "server")
+    srv = Server(settings).start()
+    try:
+        r = httpx.post(srv.url + "/v1/hooks/claude-code", content=huge[: MAX_BODY_BYTES + 1],
+                       headers={"X-Hookledger-Capture-Key": "too-big"}, timeout=120)
+        assert r.status_code == 413 and r.json()["rejected"] is True and r.json()["positions"]
+        assert str(MAX_BODY_BYTES) in r.json()["error"]
+        monkeypatch.setattr(hook_fast, "POST_TIMEOUT_S", 60.0)  # on the hot path, 2 s: spooled
+        assert hook_fast.post_hook(srv.url, "claude-code", huge, uuid7(), AT), "413 is delivered"
+
+        spool = tmp_path / "laptop" / "spool"
+        for body in (prompt(1), prompt(2), huge, prompt(3)):
+            journal_append(str(spool), record_bytes("claude-code", body, uuid7(), AT))
+        size = (spool / JOURNAL).stat().st_size
+        assert forward_spool(srv.url, str(spool)) == (size, True)
+        assert _prompts(srv.url) == ["forwarded prompt 1", "forwarded prompt 2", "forwarded prompt 3"]
+    finally:
+        srv.stop()
+    services = build(settings)
+    try:
+        hook = list(services.ledger.events.get(quarantine_id("hook:claude-code")))[1:]
+        journal = list(services.ledger.events.get(quarantine_id("spool:journal")))[1:]
+    finally:
+        services.close()
+    cut = [e for e in hook if e.location == "capture too-big"]
+    assert len(cut) == 1 and len(hook) == 2, [e.location for e in hook]
+    assert cut[0].size == MAX_BODY_BYTES + 1 and cut[0].truncated
+    assert cut[0].sha256 == hashlib.sha256(huge[: MAX_BODY_BYTES + 1]).hexdigest()
+    assert cut[0].text.encode() == huge[:MAX_KEPT_BYTES]
+    assert [e.truncated for e in journal] == [True] and journal[0].size > MAX_JOURNAL_BODY_BYTES

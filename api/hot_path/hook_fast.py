@@ -54,7 +54,7 @@ MAGIC = b"HLJ1"
 JOURNAL_CONTENT_TYPE = "application/x-hookledger-journal"
 FORWARD_LOCK = "forward.lock"
 FORWARD_PIECE_BYTES = 1 << 20
-"""Journal bytes per ``POST /v1/journal`` when forwarding (more when one record is larger)."""
+"""Journal bytes per ``POST /v1/journal`` when forwarding; a larger record goes alone."""
 FORWARD_TIMEOUT_S = 60.0
 MAX_CONTEXT_CHARS = 10_000
 CONTEXT_TIMEOUT_S = 2.0
@@ -470,7 +470,8 @@ def post_hook(
     url: str, agent: str, body: bytes, key: str, at: str, redactions: bytes = b""
 ) -> bool:
     """POST one payload; True when the server took it: a 2xx, or hookledger's own
-    400/404 answer (``"rejected":true``: it kept the body as rejected input). False,
+    400/404/413 answer (``"rejected":true``: it kept the body, or the first 16 MiB of
+    one over its limit, as rejected input). False,
     so the payload is journalled, for anything else: unreachable, 5xx, 401/403, or a
     4xx from something that is not hookledger (a wrong base path, a proxy's 413).
     ``redactions``: :func:`encode_redactions` of what was removed here, sent as
@@ -486,7 +487,7 @@ def post_hook(
         status, answer = http("POST", url, "/v1/hooks/" + quote(agent), body, headers, POST_TIMEOUT_S)
     except Exception:
         return False
-    return 200 <= status < 300 or (status in (400, 404) and b'"rejected":true' in answer)
+    return 200 <= status < 300 or (status in (400, 404, 413) and b'"rejected":true' in answer)
 
 
 def spool_pending(spool_dir: str) -> bool:
@@ -550,7 +551,7 @@ def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) 
 
     Returns (bytes forwarded, whether the spool is now empty). Stops, keeping what is
     left, at the first piece the server did not take: anything but a 202 or
-    hookledger's own 400 (``"rejected":``: it kept the bytes as rejected input), e.g.
+    hookledger's own 400/413 (``"rejected":``: it kept the bytes as rejected input), e.g.
     unreachable, 5xx, 401/403, or a 4xx from something that is not hookledger.
 
     Raises:
@@ -580,14 +581,14 @@ def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) 
                 data = f.read()
             pos = _read_offset(aside + ".sent")
             while pos < len(data):
-                end = pos
-                while end < len(data) and end - pos < FORWARD_PIECE_BYTES:
-                    end = record_end(data, end)
+                end = record_end(data, pos)  # a larger record goes alone
+                while end < len(data) and (nxt := record_end(data, end)) - pos <= FORWARD_PIECE_BYTES:
+                    end = nxt
                 try:
                     status, answer = http("POST", url, "/v1/journal", data[pos:end], headers, timeout)
                 except Exception:
                     return sent, False
-                if status != 202 and not (status == 400 and b'"rejected":' in answer):
+                if status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
                     return sent, False
                 sent += end - pos
                 pos = end
