@@ -402,3 +402,52 @@ def test_a_session_update_keeps_the_readers_scroll_and_selection(
             browser.close()
     finally:
         srv.stop()
+
+
+def test_a_burst_of_new_sessions_leaves_page_one_as_the_server_lists_it(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    # 120 sessions arrive in one request (more than a page within one frame): the page
+    # applies them once per frame, skipping those that cannot be on page 1, and must end
+    # showing exactly the server's page 1, in its order.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    from api.hot_path.hook_fast import record_bytes, uuid7
+
+    def body(i: int) -> bytes:
+        return json.dumps({
+            "session_id": f"00000000-0000-4000-8000-{i:012d}", "transcript_path": "/tmp/t.jsonl",
+            "cwd": f"/work/burst{i % 3}", "hook_event_name": "UserPromptSubmit", "prompt": f"burst {i}",
+        }).encode()
+
+    srv = Server(settings).start()
+    try:
+        post(srv.url, json.loads(body(1000)), "first")
+        with sync_playwright() as p:
+            browser, page = _open_page(p)
+            page.goto(srv.url + "/")
+            page.wait_for_selector("#conn[data-state=live]")
+            page.wait_for_selector("tr.session-row")
+            journal = b"".join(
+                record_bytes("claude-code", body(i), uuid7(), f"2026-06-20T00:{i // 60:02d}:{i % 60:02d}.000Z")
+                for i in range(120)
+            )
+            r = httpx.post(srv.url + "/v1/journal", content=journal, timeout=60,
+                           headers={"Content-Type": "application/x-hookledger-journal"})
+            assert r.status_code == 202 and r.json()["records"] == 120, r.text
+            listed = [s["id"] for s in httpx.get(f"{srv.url}/v1/sessions?limit=50").json()["sessions"]]
+            deadline = time.monotonic() + TIMEOUT_MS / 1000
+            while time.monotonic() < deadline:
+                shown = page.evaluate("() => [...document.querySelectorAll('tr.session-row')].map(r => r.dataset.id)")
+                if shown == listed:
+                    break
+                page.wait_for_timeout(100)
+            page.screenshot(path=str(ARTIFACTS / (request.node.name + ".png")))
+            browser.close()
+    finally:
+        srv.stop()
+    assert shown == listed

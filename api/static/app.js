@@ -101,6 +101,14 @@ function lazyPre(label, value, key, openKeys) {
   return d;
 }
 
+// fn on the next frame; in a hidden tab (no frames) within a second
+function nextFrame(fn) {
+  let done = false;
+  const once = () => { if (!done) { done = true; fn(); } };
+  requestAnimationFrame(once);
+  setTimeout(once, 1000);
+}
+
 function setConn(text, state) {
   conn.textContent = text;
   conn.dataset.state = state;
@@ -292,14 +300,33 @@ function listView(params) {
       while (tbody.children.length > PAGE) drop(tbody.lastElementChild.dataset.id);
       pageInfo.textContent = `sessions 1–${tbody.children.length}`;
     }
-    tr.classList.remove("flash");
-    void tr.offsetWidth; // restart the highlight
-    tr.classList.add("flash");
+    // the highlight (re)starts without forcing a layout per row
+    tr.animate?.([{ background: "#fef9c3" }, { background: "transparent" }], { duration: 1000, easing: "ease-out" });
   }
+
+  // A burst (an import, many agents at once) is applied once per frame, the newest
+  // update of each session only: the page stays responsive whatever the rate.
+  const queued = new Map();
+  const flush = () => {
+    let updates = [...queued.values()];
+    queued.clear();
+    if (offset === 0 && updates.length > PAGE) {
+      // a session behind PAGE newer ones cannot be on page 1 unless it is there now
+      const first = new Set(updates.filter(matches).sort((a, b) => (precedes(a, b) ? -1 : 1))
+        .slice(0, PAGE).map((s) => s.id));
+      updates = updates.filter((s) => first.has(s.id) || rows.has(s.id));
+    }
+    for (const s of updates) upsert(s);
+  };
+  const onUpdate = (s) => {
+    newest.set(s.id, s);
+    if (!queued.size) nextFrame(flush);
+    queued.set(s.id, s);
+  };
 
   openStream({ kinds: "session.updated" }, {
     open: load, // (re)connected: the page is fetched again, live updates follow
-    "session.updated": (d) => upsert(d.session),
+    "session.updated": (d) => onUpdate(d.session),
   });
 }
 
