@@ -6,6 +6,7 @@ command line, builds the services and exits with the agent's exit status.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -49,6 +50,10 @@ def run_cmd(
         )
     except OSError as e:
         raise click.ClickException(f"cannot run {command[0]!r}: {e}") from e
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # ``| head`` went away: no "Exception ignored" at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     where = outcome.session.external_id if outcome.session else "-"
     click.echo(
         f"hookledger: {outcome.outcome} ({outcome.reason or 'ok'}); session {where}; "

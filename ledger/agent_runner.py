@@ -16,6 +16,7 @@ exit 0, success result / no result      completed    COMPLETED
 exit 0 but an error result or cut line  failed       FAILED
 non-zero exit                           failed       FAILED
 killed by a signal                      terminated   TERMINATED
+a signal passed on (SIGTERM, SIGHUP…)   terminated   TERMINATED
 ======================================  ===========  =============
 
 A last line cut mid-way (no newline, not JSON) is kept as a ``Rejected`` line with the
@@ -46,8 +47,14 @@ from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.privacy import strip_private_text
 from ledger.sources import claude_stream, codex_exec, stream_formats
+from ledger.sources.claude_common import text_hash
 
 SOURCE_FORMAT = "hookledger.run"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""Signals sent to ``hookledger run`` that are passed on to the agent; the run then ends
+when the agent does, with everything it wrote recorded. SIGINT is not passed on: Ctrl+C
+already reaches the agent (same process group), and a second one would be a second
+Ctrl+C to the agent."""
 _PARSERS: dict[str, tuple[str, Any]] = {
     "claude-code.stream-json": ("claude-code", claude_stream.StreamParser),
     "codex.exec-json": ("codex", codex_exec.ExecParser),
@@ -101,6 +108,23 @@ _VALUE_OPTIONS = frozenset(
 )
 
 
+# Options of ``claude`` that take a list (``<tools...>``): like Claude's own parser
+# (commander), they take every argument up to the next option.
+_CLAUDE_LIST_OPTIONS = frozenset(
+    {
+        "--allowedTools",
+        "--allowed-tools",
+        "--disallowedTools",
+        "--disallowed-tools",
+        "--add-dir",
+        "--mcp-config",
+        "--betas",
+        "--plugin-dir",
+        "--file",
+    }
+)
+
+
 @dataclass
 class RunOutcome:
     """What one run did. ``exit_status`` is what ``hookledger run`` exits with (the
@@ -149,6 +173,9 @@ def prompt_from_argv(argv: Sequence[str]) -> str | None:
             break
         if a.startswith("-") and a != "-":
             i += 2 if (a in _VALUE_OPTIONS and "=" not in a) else 1
+            if agent == "claude-code" and a in _CLAUDE_LIST_OPTIONS:
+                while i < len(args) and not args[i].startswith("-"):
+                    i += 1  # ``--add-dir ../lib ../docs``: every value up to the next option
             continue
         positional.append(a)
         i += 1
@@ -197,7 +224,7 @@ class _Recorder:
             return
         self._record(self.parser.feed_line(line, location), line)
 
-    def finish(self, rc: int) -> RunOutcome:
+    def finish(self, rc: int, forwarded: int | None = None) -> RunOutcome:
         if self.parser is None and self.pending:
             # No line told the format: use the command's hint, else keep the lines as rejected.
             fmt = {"claude-code": "claude-code.stream-json", "codex": "codex.exec-json"}.get(
@@ -218,7 +245,7 @@ class _Recorder:
         if self.parser is not None:
             self._record(self.parser.finish(), b"")
         session = self._session()
-        outcome, exit_code, sig, reason = _outcome(rc, self.parser, self.stream_cut)
+        outcome, exit_code, sig, reason = _outcome(rc, self.parser, self.stream_cut, forwarded)
         end_key = self.parser.end_key if self.parser is not None else None
         end = Observation(
             session,
@@ -268,18 +295,20 @@ class _Recorder:
         redactions = (
             ({"kind": "private_tag", "path": "$.text", "count": removed},) if removed else ()
         )
-        return [
-            Observation(
-                session,
-                "PromptSubmitted",
-                f"{self.source}:prompt",
-                {"text": text, "prompt_kind": "human"},
-                source_format=SOURCE_FORMAT,
-                occurred_at=self.started_at,
-                record_key=f"{self.source}:prompt",
-                redactions=redactions,
-            )
-        ]
+        prompt = Observation(
+            session,
+            "PromptSubmitted",
+            f"{self.source}:prompt",
+            {"text": text, "prompt_kind": "human"},
+            source_format=SOURCE_FORMAT,
+            occurred_at=self.started_at,
+            record_key=f"{self.source}:prompt",
+            redactions=redactions,
+        )
+        # The same prompt from a UserPromptSubmit hook, or from the transcript or rollout
+        # imported later, meets this one on its alias and is not counted twice.
+        prompt.extra["hook_prompt_hash"] = text_hash(text)
+        return [prompt]
 
     def _record(self, items: list[Observation | Rejected], line: bytes) -> None:
         if line and not line.endswith(b"\n"):
@@ -300,10 +329,15 @@ class _Recorder:
             self.result.add(self.ledger.record(items))
 
 
-def _outcome(rc: int, parser: Any, cut: bool) -> tuple[str, int | None, int | None, str | None]:
+def _outcome(
+    rc: int, parser: Any, cut: bool, forwarded: int | None = None
+) -> tuple[str, int | None, int | None, str | None]:
     if rc < 0:
         sig = -rc
         return "terminated", None, sig, f"killed by {signal.Signals(sig).name}"
+    if forwarded is not None:  # it handled the signal we passed on, then exited
+        name = signal.Signals(forwarded).name
+        return "terminated", rc, None, f"{name} passed on to the agent, which then exited {rc}"
     if rc > 0:
         return "failed", rc, None, f"exit code {rc}"
     if parser is not None and parser.end_error is not None:
@@ -332,6 +366,9 @@ def run_agent(
         out: where the agent's stdout is passed through (bytes, flushed per line).
         on_line: called with each raw line after it was recorded.
 
+    When ``out`` is closed by its reader (``hookledger run … | head``), passing through
+    stops and recording goes on to the end of the run.
+
     Raises:
         FileNotFoundError / PermissionError: the command cannot be started (nothing is
             recorded then).
@@ -341,12 +378,15 @@ def run_agent(
     )
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE)
     assert proc.stdout is not None
+    forwarded: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
     main = threading.current_thread() is threading.main_thread()
-    previous = (
-        signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
-        if main
-        else None
-    )
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS} if main else {}
     try:
         while True:
             try:
@@ -356,8 +396,12 @@ def run_agent(
             if not line:
                 break
             if out is not None:
-                out.write(line)
-                out.flush()
+                try:
+                    out.write(line)
+                    out.flush()
+                except (BrokenPipeError, ValueError):
+                    # the reader went away (``| head``): keep recording, stop passing through
+                    out = None
             recorder.feed(line)
             if on_line is not None:
                 on_line(line)
@@ -368,8 +412,8 @@ def run_agent(
             except KeyboardInterrupt:
                 continue
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         with contextlib.suppress(OSError):
             proc.stdout.close()
-    return recorder.finish(rc)
+    return recorder.finish(rc, forwarded[0] if forwarded else None)

@@ -357,7 +357,7 @@ class Session(BaseAggregate[UUID]):
         self.seen_keys: set[str] = set()
         self.batch_of_key: dict[str, int] = {}
         self.ended_at: datetime | None = None
-        self.hook_prompt_counts: dict[str, int] = {}
+        self.live_prompt_counts: dict[tuple[str, str], int] = {}
         self.unpaired_calls: dict[str, tuple[str, str]] = {}
         self.derived_starts: set[str] = set()
         """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
@@ -430,7 +430,8 @@ class Session(BaseAggregate[UUID]):
             )
             appended += 1
         if obs.kind == "PromptSubmitted" and hook_hash is not None:
-            alias = f"prompt:{hook_hash}:{self.hook_prompt_occurrence(hook_hash)}"
+            n = self.live_prompt_occurrence(hook_hash, obs.source_format)
+            alias = f"prompt:{hook_hash}:{n}"
             if alias in self.seen_keys:
                 return 0
             alias_keys = (*alias_keys, alias)
@@ -500,9 +501,12 @@ class Session(BaseAggregate[UUID]):
         )
         return 1
 
-    def hook_prompt_occurrence(self, text_hash: str) -> int:
-        """1-based occurrence of a prompt text among prompts delivered by hooks."""
-        return self.hook_prompt_counts.get(text_hash, 0) + 1
+    def live_prompt_occurrence(self, text_hash: str, source_format: str) -> int:
+        """1-based occurrence of a prompt text among the prompts appended from the same
+        live capture (hooks, or ``hookledger run``'s command line: :func:`_live_capture`).
+        A transcript numbers its own occurrences; the n-th capture of a text by each
+        source meets the others on the alias ``prompt:{hash}:{n}``."""
+        return self.live_prompt_counts.get((_live_capture(source_format), text_hash), 0) + 1
 
     # -- internals ----------------------------------------------------------------
 
@@ -597,10 +601,11 @@ class Session(BaseAggregate[UUID]):
                     self.batch_open = True
                 for k in (event.event_key, *event.alias_keys):
                     self.batch_of_key[k] = event.batch
-                if event.source_format.endswith(".hook"):
-                    h = _alias_hash(event.alias_keys)
-                    if h is not None:
-                        self.hook_prompt_counts[h] = self.hook_prompt_counts.get(h, 0) + 1
+                capture = _live_capture(event.source_format)
+                h = _alias_hash(event.alias_keys) if capture else None
+                if h is not None:
+                    key = (capture, h)
+                    self.live_prompt_counts[key] = self.live_prompt_counts.get(key, 0) + 1
             case Session.ToolCallStarted() if (event.record_key or "").startswith("derived:"):
                 self.derived_starts.add(event.event_key)
             case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
@@ -628,6 +633,13 @@ class Session(BaseAggregate[UUID]):
 def opens_batch(data: dict[str, Any]) -> bool:
     """Human prompts and subagent task prompts open a prompt batch."""
     return data.get("prompt_kind", "human") in ("human", "task")
+
+
+def _live_capture(source_format: str) -> str:
+    """``hook`` for hook payloads, ``run`` for ``hookledger run``'s prompt, else ``""``."""
+    if source_format.endswith(".hook"):
+        return "hook"
+    return "run" if source_format == "hookledger.run" else ""
 
 
 def _alias_hash(alias_keys: tuple[str, ...]) -> str | None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from uuid import UUID
 
@@ -255,3 +258,74 @@ def test_private_spans_of_the_prompt_are_removed_before_storage(services: Servic
     ]
     assert "sk-123" not in prompt.text and "2+2" in prompt.text
     assert [r.kind for r in prompt.redactions] == ["private_tag"]
+
+
+def test_options_that_take_a_list_are_not_the_prompt() -> None:
+    # Claude's parser gives a <values...> option every argument up to the next option.
+    argv = ["claude", "-p", "Look at my staged changes", "--allowedTools", "Bash(git diff *)",
+            "Bash(git commit *)", "--add-dir", "../lib", "../docs", "--output-format", "stream-json"]
+    assert prompt_from_argv(argv) == "Look at my staged changes"
+    assert prompt_from_argv(["claude", "--add-dir", "../lib", "../docs", "-p", "make test.txt"]) == "make test.txt"
+
+
+def test_the_runs_prompt_and_the_hooks_copy_of_it_are_one_prompt(services: Services) -> None:
+    # With hooks installed, Claude's UserPromptSubmit carries the prompt hookledger run
+    # took from the command line: one prompt, whichever arrives first; the same text
+    # asked again in a follow-up run is a second prompt.
+    from ledger.ingest import ingest_hook
+
+    recording = FIXTURES / "claude_code-elixir-stream-json" / "simple_hello.jsonl"
+    sid = _expected(recording)["session"]
+
+    def hook(key: str, prompt: str) -> None:
+        body = json.dumps({"session_id": sid, "transcript_path": "/tmp/t.jsonl", "cwd": "/w",
+                           "hook_event_name": "UserPromptSubmit", "prompt": prompt}).encode()
+        ingest_hook(services.ledger, "claude-code", body, key)
+
+    hook("before", "say hello")  # the hook fires before the stream's first line
+    _run(services, recording, prompt="say hello")
+    _run(services, recording, prompt="say hello", session=sid)
+    hook("after", "say hello")  # the follow-up's hook, late
+    services.runner.catch_up()
+    s = _session(services, sid)
+    detail = queries.get_session(services.models, s["id"])
+    assert [b["prompt"] for b in detail["batches"]] == ["say hello", "say hello"]
+    assert s["prompt_count"] == 2
+
+
+def test_a_closed_output_stops_the_pass_through_not_the_recording(services: Services) -> None:
+    # ``hookledger run … | head``: the reader goes away after the first lines.
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "wb", buffering=0) as out:
+        outcome = run_agent(services.ledger, [sys.executable, str(FAKE), str(recording)], out=out,
+                            prompt="list files")
+    services.runner.catch_up()
+    assert outcome.outcome == "completed"
+    s = _session(services, _expected(recording)["session"])
+    assert s["status"] == "COMPLETED" and s["tool_call_count"] == _expected(recording)["tools"]
+    assert "RunEnded" in _kinds(services, s)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_to_the_runner_reaches_the_agent_and_terminates_the_session(
+    services: Services, sig: signal.Signals
+) -> None:
+    # The agent handles the signal and exits 0: the session still ends TERMINATED, and
+    # everything it wrote is recorded.
+    recording = FIXTURES / "claude_code-elixir-stream-json" / "read_file.jsonl"
+    timers: list[threading.Timer] = []
+
+    def on_line(_line: bytes) -> None:
+        if not timers:
+            timers.append(threading.Timer(0.3, os.kill, (os.getpid(), sig)))
+            timers[0].start()
+
+    outcome = run_agent(services.ledger, [sys.executable, str(FAKE), str(recording), "--hold"],
+                        on_line=on_line, prompt="read it")
+    services.runner.catch_up()
+    assert (outcome.outcome, outcome.exit_code) == ("terminated", 0), outcome.reason
+    assert sig.name in (outcome.reason or "")
+    s = _session(services, _expected(recording)["session"])
+    assert s["status"] == "TERMINATED" and s["tool_call_count"] == _expected(recording)["tools"]

@@ -6,6 +6,8 @@ Usage: ``python fake_agent.py RECORDING [--cut] [--exit N] [--signal NAME] [--ar
 * ``--exit N``: exit with status N after the stream.
 * ``--signal NAME``: kill itself with signal NAME (e.g. ``SIGKILL``) after the stream.
 * ``--array``: the recording is a JSON array of events (written one per line).
+* ``--hold``: after the stream, wait (at most 60 s) for SIGTERM or SIGHUP, then exit
+  with ``--exit`` (an agent that handles the signal and exits cleanly).
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ parser.add_argument("--cut", action="store_true")
 parser.add_argument("--exit", type=int, default=0)
 parser.add_argument("--signal", default=None)
 parser.add_argument("--array", action="store_true")
+parser.add_argument("--hold", action="store_true")
 args = parser.parse_args()
+if args.hold:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: sys.exit(args.exit))
 
 with open(args.recording, "rb") as f:
     data = f.read()
@@ -37,6 +43,9 @@ out = sys.stdout.buffer
 for line in lines:
     out.write(line)
     out.flush()
+if args.hold:
+    signal.alarm(60)  # never outlive a broken test
+    signal.pause()
 if args.signal:
     os.kill(os.getpid(), getattr(signal, args.signal))
 sys.exit(args.exit)
