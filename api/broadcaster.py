@@ -45,15 +45,32 @@ class _Resync:
 RESYNC: Final = _Resync()
 
 
+class _Stop:
+    def __repr__(self) -> str:
+        return "STOP"
+
+
+STOP: Final = _Stop()
+"""The server is shutting down: the client's stream ends (it reconnects with the last
+position it received, so nothing is lost)."""
+
+
 class Subscriber:
-    """One client's bounded queue of sections (or ``RESYNC``)."""
+    """One client's bounded queue of sections (or ``RESYNC``, or ``STOP``)."""
 
     def __init__(self, size: int, kinds: frozenset[str] | None = None) -> None:
-        self.queue: asyncio.Queue[Section | _Resync] = asyncio.Queue(size)
+        self.queue: asyncio.Queue[Section | _Resync | _Stop] = asyncio.Queue(size)
         self.kinds = kinds
         """Message kinds the client wants (None: all); other sections are not queued."""
         self.resyncing = False
         self.overflows = 0
+
+    def stop(self) -> None:
+        """End the client's stream at its next read: its queue holds only ``STOP``."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(STOP)
+        self.resyncing = True  # nothing is queued after it
 
     def offer(self, section: Section, kinds: frozenset[str]) -> None:
         """Enqueue without waiting; on overflow switch the client to the log.

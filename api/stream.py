@@ -13,6 +13,7 @@ ids, heartbeats and overflow behaviour, is in ``docs/sse.md``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,13 +27,16 @@ from starlette.types import ASGIApp, Send
 from starlette.types import Message as ASGIMessage
 
 from api.bootstrap import Services
-from api.broadcaster import Broadcaster
+from api.broadcaster import STOP, Broadcaster, Subscriber
 from api.sections import KINDS, Message, Section, read_section
 from projections import queries
 from projections.snapshots import first_position
 
 PING_S = 15
 """Heartbeat comment interval (s)."""
+SHUTDOWN_GRACE_S = 2.0
+"""At server shutdown, how long a stream may take to end cleanly before it is cancelled
+(a catch-up read from the log in progress finishes first)."""
 RETRY_MS = 1000
 """Reconnection delay the stream asks browsers to use (ms)."""
 
@@ -77,9 +81,14 @@ class Filter:
 
 
 async def messages(
-    services: Services, broadcaster: Broadcaster, after: int, accept: Filter
+    services: Services,
+    broadcaster: Broadcaster,
+    after: int,
+    accept: Filter,
+    shutdown: anyio.Event | None = None,
 ) -> AsyncIterator[bytes]:
-    """Encoded SSE frames for every accepted message after position ``after``, forever.
+    """Encoded SSE frames for every accepted message after position ``after``, until
+    ``shutdown`` is set (server shutdown: the response then ends cleanly).
 
     Reads the log up to the broadcaster's head, then takes live sections from its
     queue; after a queue overflow (``RESYNC``) reads the log again from the last
@@ -87,10 +96,15 @@ async def messages(
     """
     sub = broadcaster.subscribe(accept.kinds)
     sent = derived = after  # last position sent: event.appended / derived messages
+    stopper = None if shutdown is None else asyncio.get_running_loop().create_task(
+        _stop_on(shutdown, sub)
+    )
     try:
         yield ServerSentEvent(comment="hookledger stream", retry=RETRY_MS).encode()
         while True:
             item = await sub.queue.get()
+            if item is STOP:
+                return  # the response ends cleanly; the client reconnects after ``sent``
             if not isinstance(item, Section):  # RESYNC: read the log, then rejoin live
                 target = broadcaster.rejoin(sub)
                 while sent < target:
@@ -121,7 +135,14 @@ async def messages(
             if joined:
                 yield joined
     finally:
+        if stopper is not None:
+            stopper.cancel()
         broadcaster.unsubscribe(sub)
+
+
+async def _stop_on(shutdown: anyio.Event, sub: Subscriber) -> None:
+    await shutdown.wait()
+    sub.stop()
 
 
 def routes(services: Services) -> list[Route]:
@@ -160,10 +181,13 @@ def routes(services: Services) -> list[Route]:
             if first is not None:
                 start = max(start, first - 1)
         accept = Filter(session or ref, ref, q.get("project") or None, kinds)
+        shutdown = anyio.Event()  # set by sse-starlette when the server shuts down
         return StreamResponse(
-            messages(services, broadcaster, start, accept),
+            messages(services, broadcaster, start, accept, shutdown),
             ping=PING_S,
             headers={"Cache-Control": "no-store"},
+            shutdown_event=shutdown,
+            shutdown_grace_period=SHUTDOWN_GRACE_S,
         )
 
     return [Route("/v1/stream", stream)]

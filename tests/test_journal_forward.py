@@ -227,7 +227,6 @@ def test_a_body_over_the_limit_is_kept_cut_as_rejected_input_and_answered_413(
     # sha256 are recorded as rejected input; the hook client counts the 413 as delivered.
     # A forwarded spool sends a record that large alone, so its neighbours are recorded.
     import hashlib
-    from uuid import UUID
 
     from api.hooks_ingest import MAX_JOURNAL_BODY_BYTES
     from ledger.ingest import MAX_BODY_BYTES

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -536,3 +537,35 @@ def test_sections_are_read_without_raw_records(settings: Settings) -> None:
         assert all(e.raw is None and e.digest for _, e in events)
     finally:
         services.close()
+
+
+def test_a_server_shutdown_ends_open_streams_cleanly(settings: Settings) -> None:
+    # SIGTERM with viewers connected: each stream ends with its last chunk (before, the
+    # library cancelled them and uvicorn logged "ASGI callable returned without
+    # completing response" for every one); a client then resumes from the last position.
+    import threading
+
+    srv = Server(settings).start()
+    ingest = [json.dumps(p).encode() for p in _ordered_payloads()[0][:5]]
+    for n, body in enumerate(ingest):
+        httpx.post(srv.url + "/v1/hooks/claude-code", content=body,
+                   headers={"X-Hookledger-Capture-Key": f"k{n}"}, timeout=30).raise_for_status()
+    ended: list[bool] = []
+
+    def read(after: str) -> None:
+        with httpx.stream("GET", f"{srv.url}/v1/stream?after={after}", timeout=60) as r:
+            for _ in r.iter_bytes():
+                pass
+        ended.append(True)  # the body ended (no exception: the response was completed)
+
+    readers = [threading.Thread(target=read, args=(a,)) for a in ("0", "3")]
+    for t in readers:
+        t.start()
+    time.sleep(1.0)
+    srv.stop()
+    for t in readers:
+        t.join(timeout=30)
+    assert srv.proc is not None and srv.proc.stderr is not None
+    err = srv.proc.stderr.read().decode()
+    assert "ERROR" not in err and "without completing response" not in err, err
+    assert ended == [True, True]
