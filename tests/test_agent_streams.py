@@ -7,8 +7,9 @@ tool calls and token totals must equal an independent count written here with pl
 * stream-json: tool calls = ``tool_use`` ids; tokens = the sum of the ``result`` records'
   ``usage`` (the agent's own total); where a stream has no result usage, the last usage
   of each ``message.id``.
-* Codex exec: tool calls = distinct tool item ids; tokens = ``turn.completed`` usage with
-  ``input - cached`` as input and ``cached`` as cache reads (Anthropic's convention).
+* Codex exec: tool calls = distinct tool item ids; tokens = the last ``turn.completed``
+  usage (the thread's running total, so turns must not add up) with ``input - cached`` as
+  input and ``cached`` as cache reads (Anthropic's convention).
 * rollouts: prompts = ``event_msg/user_message`` texts; tool calls = distinct ``call_id``s
   of ``function_call``/``custom_tool_call``; tokens = the last cumulative
   ``total_token_usage`` (so repeated snapshots must not add up), input + output +
@@ -31,7 +32,7 @@ from ledger.config import Settings
 from ledger.importer import import_paths
 from projections import queries
 
-from conftest import FIXTURES, cli
+from conftest import FIXTURES, cli, resumed_exec_turn
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 STREAM_JSON = [
@@ -139,13 +140,10 @@ def test_codex_exec_matches_independent_count(services: Services, path: Path) ->
         for r in records
         if r["type"].startswith("item.") and r["item"]["type"] in TOOL_ITEMS
     }
-    usage = [r["usage"] for r in records if r["type"] == "turn.completed"]
-    want = {
-        "input_tokens": sum(u["input_tokens"] - u["cached_input_tokens"] for u in usage),
-        "output_tokens": sum(u["output_tokens"] for u in usage),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": sum(u["cached_input_tokens"] for u in usage),
-    }
+    # turn.completed carries the thread's running total: the last one is the session's
+    # (each fixture has one turn, so this equals the sum the test used to take)
+    usage = [r["usage"] for r in records if r["type"] == "turn.completed"][-1:]
+    want = _exec_tokens(usage[0] if usage else {})
     session = _import_one(services, path)
     assert session["agent"] == "codex"
     assert session["external_id"] == records[0]["thread_id"]
@@ -157,6 +155,53 @@ def test_codex_exec_matches_independent_count(services: Services, path: Path) ->
     events = _events(services, session)
     assert sum(1 for e in events if e.raw is not None) == len(records)
     assert session["status"] == ("COMPLETED" if usage else "ACTIVE")
+
+
+def _exec_tokens(usage: dict) -> dict[str, int]:
+    """A Codex usage object in the ledger's convention (input without cache reads)."""
+    return {
+        "input_tokens": usage.get("input_tokens", 0) - usage.get("cached_input_tokens", 0),
+        "output_tokens": usage.get("output_tokens", 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": usage.get("cached_input_tokens", 0),
+    }
+
+
+def test_codex_exec_resume_counts_the_thread_total_once(
+    services: Services, tmp_path: Path
+) -> None:
+    # Review finding: each turn.completed was recorded whole, so the resumed process
+    # counted turn 1's tokens again (input 1048 + 3,960 + 1048 instead of 5,008).
+    first, second, total = resumed_exec_turn(tmp_path)
+    import_paths(services.ledger, [first])
+    import_paths(services.ledger, [second])
+    services.runner.catch_up()
+    (session,) = queries.list_sessions(services.models, agent="codex")
+    assert _tokens(session) == _exec_tokens(total)
+    # idempotent: importing either process again appends nothing
+    assert import_paths(services.ledger, [first, second]).result.appended == 0
+
+
+def test_codex_exec_turns_of_one_process_are_a_running_total(
+    services: Services, tmp_path: Path
+) -> None:
+    # One process with two turns (the real stream-output-2, then stream-output-3's turn
+    # appended with the running total, its item ids numbered on as one process does):
+    # tokens = the last total; a repeated total adds nothing.
+    first, second, total = resumed_exec_turn(tmp_path)
+    turn2 = []
+    for r in _records(second)[1:]:
+        if "item" in r:
+            r["item"]["id"] = f"item_{100 + int(r['item']['id'].removeprefix('item_'))}"
+        turn2.append(json.dumps(r))
+    repeat = json.dumps({"type": "turn.completed", "usage": total})
+    both = tmp_path / "two-turns.jsonl"
+    both.write_text("\n".join([*first.read_text().splitlines(), *turn2, repeat]) + "\n")
+    session = _import_one(services, both)
+    assert _tokens(session) == _exec_tokens(total)
+    events = _events(services, session)
+    assert [type(e).__name__ for e in events].count("UsageRecorded") == 2
+    assert sum(1 for e in events if e.raw is not None) == len(_records(both))
 
 
 def test_codex_exec_tool_calls_carry_exit_codes(services: Services) -> None:
