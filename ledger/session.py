@@ -38,6 +38,12 @@ _ACTIVITY = frozenset(
 )
 
 
+_TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+# Sources whose usage is a thread's running total, recorded as differences (``running_total``
+# in :meth:`Session.observe`): the sum of their recorded usage is the last total recorded.
+_RUNNING_TOTAL_SOURCES = frozenset({"codex.exec-json"})
+
+
 class Session(BaseAggregate[UUID]):
     """State of one agent session, rebuilt from its events.
 
@@ -361,6 +367,8 @@ class Session(BaseAggregate[UUID]):
         self.unpaired_calls: dict[str, tuple[str, str]] = {}
         self.derived_starts: set[str] = set()
         """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
+        self.running_usage: dict[str, dict[str, int]] = {}
+        """Per source format of ``_RUNNING_TOTAL_SOURCES``: the tokens recorded so far."""
         self.liveness = Liveness()
         self._now = self.created_on
 
@@ -405,6 +413,11 @@ class Session(BaseAggregate[UUID]):
         if obs.key in seen or (obs.alias_keys and not seen.isdisjoint(obs.alias_keys)):
             return self._keep_late_start(obs, recorded_at)
         alias_keys = obs.alias_keys
+        data = obs.data
+        if "running_total" in obs.extra:
+            data = self._usage_not_yet_recorded(obs)
+            if data is None:
+                return 0
         cls = self.EVENT_CLASSES[obs.kind]
         self._now = recorded_at
         if "pair" in obs.extra:
@@ -441,10 +454,28 @@ class Session(BaseAggregate[UUID]):
         if obs.kind == "ToolCallCompleted":
             appended += self._start_unseen_call(obs, status, batch)
         self._append(
-            cls, obs, key=obs.key, status=status, batch=batch, raw=obs.raw, data=obs.data,
+            cls, obs, key=obs.key, status=status, batch=batch, raw=obs.raw, data=data,
             alias_keys=alias_keys,
         )
         return appended + 1
+
+    def _usage_not_yet_recorded(self, obs: Observation) -> dict[str, Any] | None:
+        """The payload of a ``UsageRecorded`` whose tokens are a thread's running total as
+        one agent process first reported it (``extra["running_total"]``; ``codex exec
+        --json``, whose ``codex exec resume`` continues the thread's earlier total): the
+        tokens less what this session already recorded from that source, so a resumed
+        thread's earlier turns are not counted again. A total below what was recorded in
+        any count is the process's own (it counted from zero) and is recorded whole; one
+        equal to it records nothing (None)."""
+        before = self.running_usage.get(obs.source_format)
+        if not before:
+            return obs.data
+        tokens = {k: int(obs.data.get(k, 0)) - before.get(k, 0) for k in _TOKENS}
+        if any(v < 0 for v in tokens.values()):
+            return obs.data
+        if not any(tokens.values()):
+            return None
+        return {**obs.data, **tokens}
 
     def _keep_late_start(self, obs: Observation, recorded_at: datetime) -> int:
         """The real start of a tool call whose start was derived from its completion
@@ -612,6 +643,10 @@ class Session(BaseAggregate[UUID]):
                 self.unpaired_calls[event.tool_use_id] = (event.tool_name, json_hash(event.tool_input))
             case Session.ToolCallCompleted() if event.tool_use_id in self.unpaired_calls:
                 del self.unpaired_calls[event.tool_use_id]
+            case Session.UsageRecorded() if event.source_format in _RUNNING_TOTAL_SOURCES:
+                sums = self.running_usage.setdefault(event.source_format, dict.fromkeys(_TOKENS, 0))
+                for k in _TOKENS:
+                    sums[k] += getattr(event, k)
             case Session.TurnEnded():
                 if event.batch == self.batch:
                     self.batch_open = False

@@ -9,6 +9,7 @@ answers.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -180,3 +181,35 @@ def server(settings: Settings) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _plus_usage(a: dict, b: dict) -> dict:
+    return {k: a[k] + b[k] for k in ("input_tokens", "cached_input_tokens", "output_tokens")}
+
+
+def resumed_exec_turn(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """Two ``codex exec`` processes of one thread, from real captures: the real
+    ``stream-output-2`` (turn 1), and ``codex exec resume`` of its thread: the records of
+    the real ``stream-output-3`` under turn 1's thread id, its ``turn.completed`` usage
+    being the thread's running total (turn 1's total plus what stream 3 spent), as
+    upstream reports it (``usage_from_last_total``; the total is seeded from the rollout
+    on resume). Returns both files and the thread's last total."""
+    first = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    own = _jsonl(FIXTURES / "agentcmd-codex-exec-json" / "stream-output-3.jsonl")
+    thread = _jsonl(first)[0]["thread_id"]
+    (before,) = [r["usage"] for r in _jsonl(first) if r["type"] == "turn.completed"]
+    total = before
+    lines = []
+    for r in own:
+        if r["type"] == "thread.started":
+            r["thread_id"] = thread
+        if r["type"] == "turn.completed":
+            r["usage"] = total = _plus_usage(before, r["usage"])
+        lines.append(json.dumps(r))
+    second = tmp_path / "resume-turn-2.jsonl"
+    second.write_text("\n".join(lines) + "\n")
+    return first, second, total

@@ -28,7 +28,7 @@ from ledger.agent_runner import prompt_from_argv, run_agent
 from ledger.importer import import_paths
 from projections import queries
 
-from conftest import FIXTURES, cli
+from conftest import FIXTURES, cli, resumed_exec_turn
 
 FAKE = Path(__file__).parent / "tools" / "fake_agent.py"
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -45,7 +45,8 @@ def _expected(path: Path) -> dict:
     """Independent count over the recording: tool call ids (or item ids) and tokens."""
     records = _records(path)
     if "thread_id" in records[0]:
-        usage = [r["usage"] for r in records if r["type"] == "turn.completed"]
+        # turn.completed carries the thread's running total: the last one counts
+        usage = [r["usage"] for r in records if r["type"] == "turn.completed"][-1:]
         tools = {
             r["item"]["id"]
             for r in records
@@ -144,6 +145,25 @@ def test_truncated_codex_stream_keeps_what_arrived(services: Services) -> None:
     kinds = _kinds(services, s)
     assert kinds.count("Started") == 1 and kinds.count("RecordObserved") == 1  # turn.started kept
     assert import_paths(services.ledger, [recording]).result.appended == 0
+
+
+def test_codex_exec_resume_is_not_counted_twice(services: Services, tmp_path: Path) -> None:
+    # Review finding (hookledger run -- codex exec, then codex exec resume of its thread):
+    # the resumed process's turn.completed, the thread's running total, was recorded
+    # whole, counting turn 1 twice. Now the session holds the thread's last total.
+    first, second, total = resumed_exec_turn(tmp_path)
+    _run(services, first)
+    _run(services, second)
+    s = _session(services, _records(first)[0]["thread_id"])
+    assert {t: s[t] for t in TOKENS} == {
+        "input_tokens": total["input_tokens"] - total["cached_input_tokens"],
+        "output_tokens": total["output_tokens"],
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": total["cached_input_tokens"],
+    }
+    assert s["status"] == "COMPLETED"
+    # the same keys as an import: importing both recordings appends nothing
+    assert import_paths(services.ledger, [first, second]).result.appended == 0
 
 
 def test_error_result_fails_the_session(services: Services, tmp_path: Path) -> None:

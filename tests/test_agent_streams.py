@@ -7,8 +7,9 @@ tool calls and token totals must equal an independent count written here with pl
 * stream-json: tool calls = ``tool_use`` ids; tokens = the sum of the ``result`` records'
   ``usage`` (the agent's own total); where a stream has no result usage, the last usage
   of each ``message.id``.
-* Codex exec: tool calls = distinct tool item ids; tokens = ``turn.completed`` usage with
-  ``input - cached`` as input and ``cached`` as cache reads (Anthropic's convention).
+* Codex exec: tool calls = distinct tool item ids; tokens = the last ``turn.completed``
+  usage (the thread's running total, so turns must not add up) with ``input - cached`` as
+  input and ``cached`` as cache reads (Anthropic's convention).
 * rollouts: prompts = ``event_msg/user_message`` texts; tool calls = distinct ``call_id``s
   of ``function_call``/``custom_tool_call``; tokens = the last cumulative
   ``total_token_usage`` (so repeated snapshots must not add up), input + output +
@@ -21,6 +22,7 @@ lines equals the number of records in the file (unknown types are ``RecordObserv
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -31,7 +33,7 @@ from ledger.config import Settings
 from ledger.importer import import_paths
 from projections import queries
 
-from conftest import FIXTURES, cli
+from conftest import FIXTURES, cli, resumed_exec_turn
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 STREAM_JSON = [
@@ -139,13 +141,10 @@ def test_codex_exec_matches_independent_count(services: Services, path: Path) ->
         for r in records
         if r["type"].startswith("item.") and r["item"]["type"] in TOOL_ITEMS
     }
-    usage = [r["usage"] for r in records if r["type"] == "turn.completed"]
-    want = {
-        "input_tokens": sum(u["input_tokens"] - u["cached_input_tokens"] for u in usage),
-        "output_tokens": sum(u["output_tokens"] for u in usage),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": sum(u["cached_input_tokens"] for u in usage),
-    }
+    # turn.completed carries the thread's running total: the last one is the session's
+    # (each fixture has one turn, so this equals the sum the test used to take)
+    usage = [r["usage"] for r in records if r["type"] == "turn.completed"][-1:]
+    want = _exec_tokens(usage[0] if usage else {})
     session = _import_one(services, path)
     assert session["agent"] == "codex"
     assert session["external_id"] == records[0]["thread_id"]
@@ -157,6 +156,53 @@ def test_codex_exec_matches_independent_count(services: Services, path: Path) ->
     events = _events(services, session)
     assert sum(1 for e in events if e.raw is not None) == len(records)
     assert session["status"] == ("COMPLETED" if usage else "ACTIVE")
+
+
+def _exec_tokens(usage: dict) -> dict[str, int]:
+    """A Codex usage object in the ledger's convention (input without cache reads)."""
+    return {
+        "input_tokens": usage.get("input_tokens", 0) - usage.get("cached_input_tokens", 0),
+        "output_tokens": usage.get("output_tokens", 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": usage.get("cached_input_tokens", 0),
+    }
+
+
+def test_codex_exec_resume_counts_the_thread_total_once(
+    services: Services, tmp_path: Path
+) -> None:
+    # Review finding: each turn.completed was recorded whole, so the resumed process
+    # counted turn 1's tokens again (input 1048 + 3,960 + 1048 instead of 5,008).
+    first, second, total = resumed_exec_turn(tmp_path)
+    import_paths(services.ledger, [first])
+    import_paths(services.ledger, [second])
+    services.runner.catch_up()
+    (session,) = queries.list_sessions(services.models, agent="codex")
+    assert _tokens(session) == _exec_tokens(total)
+    # idempotent: importing either process again appends nothing
+    assert import_paths(services.ledger, [first, second]).result.appended == 0
+
+
+def test_codex_exec_turns_of_one_process_are_a_running_total(
+    services: Services, tmp_path: Path
+) -> None:
+    # One process with two turns (the real stream-output-2, then stream-output-3's turn
+    # appended with the running total, its item ids numbered on as one process does):
+    # tokens = the last total; a repeated total adds nothing.
+    first, second, total = resumed_exec_turn(tmp_path)
+    turn2 = []
+    for r in _records(second)[1:]:
+        if "item" in r:
+            r["item"]["id"] = f"item_{100 + int(r['item']['id'].removeprefix('item_'))}"
+        turn2.append(json.dumps(r))
+    repeat = json.dumps({"type": "turn.completed", "usage": total})
+    both = tmp_path / "two-turns.jsonl"
+    both.write_text("\n".join([*first.read_text().splitlines(), *turn2, repeat]) + "\n")
+    session = _import_one(services, both)
+    assert _tokens(session) == _exec_tokens(total)
+    events = _events(services, session)
+    assert [type(e).__name__ for e in events].count("UsageRecorded") == 2
+    assert sum(1 for e in events if e.raw is not None) == len(_records(both))
 
 
 def test_codex_exec_tool_calls_carry_exit_codes(services: Services) -> None:
@@ -247,6 +293,130 @@ def test_repeated_token_count_snapshots_add_nothing(services: Services, tmp_path
     # the repeated snapshots are kept as records, not dropped
     events = _events(services, session)
     assert sum(1 for e in events if e.raw is not None) == len(lines)
+
+
+PARENT_ROLLOUT = (
+    FIXTURES
+    / "agentcmd-codex-rollouts"
+    / "rollout-2025-09-24T20-12-23-01997ea4-a70d-7da3-8c20-c736db82a7c5.jsonl"
+)
+FORK_ID = "019a0000-0000-7000-8000-00000000f0e1"
+
+
+def _uuid7(at: datetime) -> str:
+    """A UUIDv7 minted at ``at`` (what Codex's turn ids are)."""
+    ms = int(at.timestamp() * 1000)
+    return str(UUID(int=(ms << 80) | (0x7 << 76) | (0b10 << 62) | 1))
+
+
+def _fork_of(parent: Path, folder: Path, *, restamp: bool = False) -> tuple[Path, dict]:
+    """A fork of a real rollout, as Codex writes one (``InitialHistory::Forked``): the
+    fork's ``session_meta`` naming the parent (``forked_from_id``), every line of the
+    parent copied as it was (its ``session_meta`` first), then the fork's own turn: a
+    ``turn_context``, a prompt and a ``token_count`` whose cumulative total continues the
+    parent's last (+ 20,000 input of which 15,000 cached, + 300 output).
+
+    ``restamp``: as current Codex writes it (0.146 fixture): the copied lines timestamped
+    at the fork instant, and every turn opening with a ``turn_context`` that carries a
+    ``turn_id`` (a UUIDv7 of when the turn ran: the parent's turns from their own time)
+    before its ``user_message``. Returns the file and the parent's last total."""
+    forked = datetime(2025, 9, 26, 10, 0, tzinfo=UTC)
+    stamp = forked.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    meta = {"id": FORK_ID, "forked_from_id": _records(parent)[0]["payload"]["id"]}
+    meta |= {"timestamp": stamp, "cwd": "/x", "originator": "codex_cli_rs"}
+    lines = [{"timestamp": stamp, "type": "session_meta", "payload": meta}]
+    last = None
+    parent_records = _records(parent)
+    if restamp:  # 0.40 writes a turn's user_message before its turn_context
+        for i in range(len(parent_records) - 1):
+            pair = parent_records[i : i + 2]
+            if pair[0]["payload"].get("type") == "user_message" and pair[1]["type"] == "turn_context":
+                parent_records[i : i + 2] = pair[::-1]
+    for r in parent_records:
+        if restamp:
+            if r["type"] == "turn_context":
+                ran = datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00"))
+                r["payload"]["turn_id"] = _uuid7(ran)
+            r["timestamp"] = stamp.replace("00.000Z", "00.004Z")
+        if r["payload"].get("type") == "token_count" and r["payload"].get("info"):
+            last = r["payload"]["info"]["total_token_usage"]
+        lines.append(r)
+    assert last is not None
+    own_at = forked + timedelta(seconds=5)
+    own_stamp = own_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    total = dict(last)
+    total["input_tokens"] += 20_000
+    total["cached_input_tokens"] += 15_000
+    total["output_tokens"] += 300
+    total["total_tokens"] += 20_300
+    context: dict = {"cwd": "/x", "model": "gpt-5-codex"}
+    if restamp:
+        context["turn_id"] = _uuid7(own_at)
+    own = [
+        {"type": "turn_context", "payload": context},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "now differently"}},
+        {"type": "event_msg", "payload": {"type": "token_count", "info": {"total_token_usage": total}}},
+    ]
+    lines += [{"timestamp": own_stamp, **r} for r in own]
+    path = folder / f"rollout-2025-09-26T10-00-00-{FORK_ID}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path, last
+
+
+@pytest.mark.parametrize("restamp", [False, True], ids=["original-times", "restamped-turn-ids"])
+def test_forked_rollout_counts_only_its_own_turns(
+    services: Services, tmp_path: Path, restamp: bool
+) -> None:
+    # Review finding: a fork's copy of its parent's history was taken as the fork's own:
+    # 3 prompts, 16 tool calls and the parent's 149,449 input tokens again.
+    fork, _ = _fork_of(PARENT_ROLLOUT, tmp_path, restamp=restamp)
+    import_paths(services.ledger, [PARENT_ROLLOUT, fork])
+    services.runner.catch_up()
+    sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
+    parent = sessions[_records(PARENT_ROLLOUT)[0]["payload"]["id"]]
+    child = sessions[FORK_ID]
+    # the parent is what it was alone
+    want = _rollout_expected(_records(PARENT_ROLLOUT))
+    assert parent["prompt_count"] == len(want["prompts"])
+    assert _tokens(parent) == want["tokens"]
+    # the fork: its own prompt, no tool call, the tokens of its own turn only
+    assert child["parent_id"] == parent["id"]
+    assert child["prompt_count"] == 1 and child["tool_call_count"] == 0
+    detail = queries.get_session(services.models, child["id"])
+    assert [b["prompt"] for b in detail["batches"]] == ["now differently"]
+    assert _tokens(child) == {
+        "input_tokens": 5_000,
+        "output_tokens": 300,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 15_000,
+    }
+    # nothing dropped: every copied line is kept, as a record of the copy
+    events = _events(services, child)
+    assert sum(1 for e in events if e.raw is not None) == len(_records(fork))
+    copied = [e for e in events if getattr(e, "record_type", "").startswith("copied:")]
+    assert len(copied) == len(_records(PARENT_ROLLOUT))
+    assert import_paths(services.ledger, [fork]).result.appended == 0
+
+
+def test_fork_without_a_copied_history_counts_everything(
+    services: Services, tmp_path: Path
+) -> None:
+    # A rollout naming a parent but holding no copy of it (no parent session_meta before
+    # its first turn): every turn is its own.
+    lines = PARENT_ROLLOUT.read_text().splitlines()
+    meta = json.loads(lines[0])
+    meta["payload"]["forked_from_id"] = "019a0000-0000-7000-8000-0000000000aa"
+    path = tmp_path / PARENT_ROLLOUT.name
+    path.write_text("\n".join([json.dumps(meta), *lines[1:]]) + "\n")
+    want = _rollout_expected(_records(PARENT_ROLLOUT))
+    import_paths(services.ledger, [path])
+    services.runner.catch_up()
+    (session,) = [
+        s for s in queries.list_sessions(services.models, agent="codex") if s["parent_id"]
+    ]
+    assert session["prompt_count"] == len(want["prompts"])
+    assert _tokens(session) == want["tokens"]
+    assert _tool_ids(services, session) == want["calls"]
 
 
 def test_rollout_schema_drift_files_import(services: Services) -> None:

@@ -13,8 +13,15 @@ thread) and comes first.
   (tool ``mcp:{server}/{tool}``), ``web_search``, ``collab_tool_call`` likewise;
   ``error`` items -> ``NotificationReceived``; ``reasoning``, ``todo_list``, ``plan`` and
   updates are kept as ``RecordObserved``.
-* ``turn.completed{usage}`` -> ``UsageRecorded`` (tokens per ``codex_common``) and
-  ``TurnEnded``; ``turn.failed{error}`` -> ``TurnEnded`` with the error, and the run failed;
+* ``turn.completed{usage}`` -> ``TurnEnded`` and a ``UsageRecorded`` (tokens per
+  ``codex_common``) of what the thread spent since the last total: ``usage`` is the
+  thread's running total, not the turn's (``usage_from_last_total`` in ``openai/codex``
+  ``codex-rs/exec/src/event_processor_with_jsonl_output.rs``), and ``codex exec resume``
+  starts from the thread's earlier total. A later turn of the same process records the
+  difference to the previous ``turn.completed`` (an unchanged total records no usage; a
+  total that goes down starts a new baseline); the first turn of a process records the
+  whole total, marked ``extra["running_total"]``, and the aggregate takes off what the
+  session already holds from earlier processes (:meth:`ledger.session.Session.observe`); ``turn.failed{error}`` -> ``TurnEnded`` with the error, and the run failed;
   ``error{message}`` -> ``NotificationReceived``; anything else -> ``RecordObserved``.
 
 Keys: item ids (``item_0``…) restart in every process, so every key carries the prefix
@@ -30,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ledger.observation import Observation, Rejected, SessionRef
-from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens
+from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
 from ledger.sources.jsonl import Decoded, PrefixChain, decode, str_or_none
 
 SOURCE_FORMAT = "codex.exec-json"
@@ -95,6 +102,7 @@ class ExecParser:
         self.calls: dict[str, str] = {}  # item id -> tool_use_id
         self.end_key: str | None = None
         self.end_error: str | None = None
+        self.total: dict[str, int] | None = None  # the last turn.completed usage of this process
 
     def feed_line(self, line: bytes, location: str) -> list[Observation | Rejected]:
         """Facts of one line (an empty list while the line waits for ``thread.started``)."""
@@ -108,6 +116,7 @@ class ExecParser:
             if thread is not None:
                 self.session = SessionRef(AGENT, thread)
                 self.calls = {}
+                self.total = None
         if self.session is None:
             self.orphans.append((decoded, line, location, head))
             return []
@@ -161,15 +170,7 @@ class ExecParser:
             facts = [Observation(ref, "TurnEnded", key, {"reason": "turn.completed"}, **common)]
             usage = rec.get("usage")
             if has_usage(usage):
-                facts.append(
-                    Observation(
-                        ref,
-                        "UsageRecorded",
-                        f"{key}:usage",
-                        {"message_id": f"{ref.external_id}:{key}", **ledger_tokens(usage)},
-                        **common,
-                    )
-                )
+                facts.extend(self._usage(ledger_tokens(usage), ref, key, common))
             self.end_key, self.end_error = key, None
         elif rtype == "turn.failed":
             message = _error_message(rec.get("error"))
@@ -192,6 +193,31 @@ class ExecParser:
         facts[0].raw = rec
         facts[0].redactions = d.redactions
         return facts
+
+    def _usage(
+        self, total: dict[str, int], ref: SessionRef, key: str, common: dict[str, Any]
+    ) -> list[Observation]:
+        """The usage of a ``turn.completed`` whose ``usage`` is the thread's running
+        ``total``: the part since this process's previous total, or (the process's first
+        turn) the whole total for the aggregate to take the session's earlier part off."""
+        before, self.total = self.total, total
+        tokens = total
+        if before is not None:
+            tokens = subtract(total, before)
+            if any(v < 0 for v in tokens.values()):
+                tokens = total  # the total went down: a new baseline
+            if not any(tokens.values()):
+                return []  # the same total again: nothing new (the record stays on TurnEnded)
+        obs = Observation(
+            ref,
+            "UsageRecorded",
+            f"{key}:usage",
+            {"message_id": f"{ref.external_id}:{key}", **tokens},
+            **common,
+        )
+        if before is None:
+            obs.extra["running_total"] = True
+        return [obs]
 
     def _item(
         self,

@@ -8,6 +8,12 @@ Format source: ``shared/research/FORMATS.md`` A6 (``RolloutItem`` in ``openai/co
 
 * ``session_meta`` (first line; ``id``, later ``session_id``) names the session and gives
   ``Started``; a later ``session_meta`` (forks replay their parents') is kept as a record.
+  ``forked_from_id`` / ``parent_thread_id`` name the parent session (``Opened.parent_id``).
+* A fork's file starts with a copy of its parent's history (``InitialHistory::Forked``:
+  the parent's rollout items, its ``session_meta`` first, written as they were; see
+  :meth:`RolloutParser._copied`). Those lines are kept as ``RecordObserved``
+  (``copied:{type}``) and are no facts of the fork: no prompts, tool calls or usage; the
+  last copied ``total_token_usage`` is the baseline of the fork's own usage.
 * ``response_item``: ``message`` (assistant) -> ``AssistantReplied``; ``function_call``,
   ``custom_tool_call``, ``local_shell_call`` -> ``ToolCallStarted`` (key
   ``tool:{call_id}:start``); ``function_call_output``/``custom_tool_call_output`` ->
@@ -31,7 +37,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import orjson
 
@@ -95,6 +103,10 @@ class RolloutParser:
         self.started = False
         self.prompt_counts: dict[str, int] = {}
         self.orphans: list[tuple[Decoded, bytes, str]] = []
+        self.forked_at: datetime | None = None
+        """A fork's creation time (its ``session_meta``); None for a rollout that is no fork."""
+        self.copy_state = "before"  # of a fork: "before" its history, "copying", "own"
+        self.turn_ids_seen = False  # the copied history carries turn ids
 
     def feed_line(self, line: bytes, location: str) -> list[Observation | Rejected]:
         decoded = decode(line, self.source, location, AGENT, SOURCE_FORMAT)
@@ -110,6 +122,10 @@ class RolloutParser:
                 )
                 self.session = SessionRef(AGENT, sid, parent, None, str_or_none(payload.get("cwd")))
                 self.version = str_or_none(payload.get("cli_version"))
+                if parent is not None:
+                    self.forked_at = parse_time(payload.get("timestamp")) or parse_time(
+                        rec.get("timestamp")
+                    )
         if self.session is None:
             self.orphans.append((decoded, line, location))
             return []
@@ -155,7 +171,13 @@ class RolloutParser:
             "record_key": key,
         }
         facts: list[Observation] = []
-        if rtype == "session_meta" and not self.started:
+        if self.forked_at is not None and self._copied(rtype, ptype, payload, rec, ref):
+            self._keep_baseline(rtype, ptype, payload)
+            label = f"{rtype}:{ptype}" if ptype else rtype
+            facts = [
+                Observation(ref, "RecordObserved", key, {"record_type": f"copied:{label}"}, **common)
+            ]
+        elif rtype == "session_meta" and not self.started:
             self.started = True
             facts = [
                 Observation(
@@ -188,6 +210,60 @@ class RolloutParser:
         facts[0].raw = rec
         facts[0].redactions = d.redactions
         return facts
+
+    def _copied(
+        self,
+        rtype: str,
+        ptype: str | None,
+        p: dict[str, Any],
+        rec: dict[str, Any],
+        ref: SessionRef,
+    ) -> bool:
+        """Whether a line of a fork is part of the history copied from its parent.
+
+        Upstream (``openai/codex`` ``core`` session start, ``InitialHistory::Forked``)
+        writes the fork's ``session_meta``, then persists the parent's rollout items as
+        they were, the parent's ``session_meta`` first, and marks no end. So the copy
+        starts at a ``session_meta`` of another id seen before any turn of the fork's
+        own, and ends at the first turn that starts after the fork was created: a
+        ``turn_context`` / ``task_started`` whose ``turn_id`` (a UUIDv7, minted when the
+        turn ran) is not older than the fork, or, when the copied turns carry no ids, a
+        ``turn_context`` / ``task_started`` / ``user_message`` line timestamped after the
+        fork's ``session_meta``. A fork with no copied ``session_meta`` has no copy."""
+        if self.copy_state == "own":
+            return False
+        if rtype == "session_meta":
+            sid = str_or_none(p.get("id")) or str_or_none(p.get("session_id"))
+            if self.copy_state == "before" and self.started and sid != ref.external_id:
+                self.copy_state = "copying"
+            return self.copy_state == "copying"
+        starts_turn = rtype == "turn_context" or ptype in ("task_started", "user_message")
+        if not starts_turn:
+            return self.copy_state == "copying"
+        if self.copy_state == "before":
+            self.copy_state = "own"
+            return False
+        minted = _uuid7_time(p.get("turn_id"))
+        if minted is not None:
+            self.turn_ids_seen = True
+            own = self.forked_at is not None and minted >= self.forked_at
+        elif self.turn_ids_seen:
+            own = False  # a line of a copied turn that carried an id
+        else:
+            at = parse_time(rec.get("timestamp"))
+            own = at is not None and self.forked_at is not None and at > self.forked_at
+        if own:
+            self.copy_state = "own"
+        return not own
+
+    def _keep_baseline(self, rtype: str, ptype: str | None, p: dict[str, Any]) -> None:
+        """A copied line's state the fork carries on: the model, the token total."""
+        if rtype == "turn_context":
+            self.model = str_or_none(p.get("model")) or self.model
+        elif ptype == "token_count":
+            info = p.get("info") if isinstance(p.get("info"), dict) else {}
+            if has_usage(info.get("total_token_usage")):
+                self.totals = ledger_tokens(info["total_token_usage"])
 
     def _response_item(
         self,
@@ -361,6 +437,20 @@ class RolloutParser:
             {"message_id": f"{ref.external_id}:{key}", "model": self.model, **tokens},
             **common,
         )
+
+
+def _uuid7_time(value: Any) -> datetime | None:
+    """The creation time in a UUIDv7 (its first 48 bits, Unix milliseconds); None for
+    anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        u = UUID(value)
+    except ValueError:
+        return None
+    if u.version != 7:
+        return None
+    return datetime.fromtimestamp((u.int >> 80) / 1000, UTC)
 
 
 def _maybe_json(value: Any) -> Any:
