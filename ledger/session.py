@@ -359,6 +359,10 @@ class Session(BaseAggregate[UUID]):
         self.ended_at: datetime | None = None
         self.hook_prompt_counts: dict[str, int] = {}
         self.unpaired_calls: dict[str, tuple[str, str]] = {}
+        self.hook_call_counts: dict[str, int] = {}
+        """Hook tool-call starts per ``call:`` alias hash (:meth:`_call_alias`)."""
+        self.call_alias_of: dict[str, str] = {}
+        """``tool_use_id`` -> the ``call:{hash}:{n}`` alias of its start."""
         self.derived_starts: set[str] = set()
         """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
         self.liveness = Liveness()
@@ -405,6 +409,12 @@ class Session(BaseAggregate[UUID]):
         if obs.key in seen or (obs.alias_keys and not seen.isdisjoint(obs.alias_keys)):
             return self._keep_late_start(obs, recorded_at)
         alias_keys = obs.alias_keys
+        if "hook_call_hash" in obs.extra:
+            alias = self._call_alias(obs)
+            if alias is not None:
+                if alias in seen:  # a file import recorded this call already
+                    return 0
+                alias_keys = (*alias_keys, alias)
         cls = self.EVENT_CLASSES[obs.kind]
         self._now = recorded_at
         if "pair" in obs.extra:
@@ -500,6 +510,18 @@ class Session(BaseAggregate[UUID]):
         )
         return 1
 
+    def _call_alias(self, obs: Observation) -> str | None:
+        """The alias a file import gives this hook tool call, whose copy in the file has
+        no id (:class:`ledger.sources.adapter_kit.CallCounter`): a start's is
+        ``call:{hash of tool name and input}:{n}``, n counting this session's hook
+        starts of that hash; a completion's is its start's plus ``:end`` (None when the
+        start was not seen)."""
+        if obs.kind == "ToolCallStarted":
+            h = obs.extra["hook_call_hash"]
+            return f"call:{h}:{self.hook_call_counts.get(h, 0) + 1}"
+        start = self.call_alias_of.get(obs.data.get("tool_use_id"))  # type: ignore[arg-type]
+        return None if start is None else f"{start}:end"
+
     def hook_prompt_occurrence(self, text_hash: str) -> int:
         """1-based occurrence of a prompt text among prompts delivered by hooks."""
         return self.hook_prompt_counts.get(text_hash, 0) + 1
@@ -524,8 +546,13 @@ class Session(BaseAggregate[UUID]):
         return self.batch
 
     def _is_historical(self, obs: Observation, batch: int) -> bool:
-        """A late record of the past (e.g. a transcript imported after the hooks)."""
-        if obs.after_prompt is not None and batch < self.batch:
+        """A late record of the past (e.g. a transcript imported after the hooks): it
+        follows a prompt of an earlier batch, or of the current batch when that batch's
+        turn already ended (a ``TurnEnded``, e.g. the hooks' stop, is in the stream)."""
+        if obs.after_prompt is not None and (
+            batch < self.batch
+            or (not self.batch_open and obs.after_prompt in self.batch_of_key)
+        ):
             return True
         return (
             self.status in ENDED_STATES
@@ -591,6 +618,8 @@ class Session(BaseAggregate[UUID]):
         previous_batch = self.batch
         self.status = event.status
         self.batch = max(self.batch, event.batch)
+        if event.alias_keys and isinstance(event, Session.ToolCallStarted):
+            self._note_call_alias(event)
         match event:
             case Session.PromptSubmitted():
                 if event.batch > previous_batch and opens_batch({"prompt_kind": event.prompt_kind}):
@@ -623,6 +652,16 @@ class Session(BaseAggregate[UUID]):
             case _:
                 pass
         self.liveness.apply(self, event)
+
+
+    def _note_call_alias(self, event: Session.ToolCallStarted) -> None:
+        for k in event.alias_keys:
+            if k.startswith("call:"):
+                self.call_alias_of[event.tool_use_id] = k
+                if event.source_format.endswith(".hook"):
+                    h = k.split(":")[1]
+                    self.hook_call_counts[h] = self.hook_call_counts.get(h, 0) + 1
+                return
 
 
 def opens_batch(data: dict[str, Any]) -> bool:

@@ -313,6 +313,49 @@ def test_cursor_hook_prompt_and_transcript_prompt_are_one_fact(
     assert [b["prompt"] for b in detail["batches"]] == ["Run the tests"]
 
 
+CURSOR_DRIFT = FIXTURES / "agent-sessions-schema-drift" / "cursor_transcript_schema_drift.jsonl"
+
+
+def test_cursor_hook_tool_call_and_transcript_tool_call_are_one_call(
+    services: Services, tmp_path: Path
+) -> None:
+    """A real (sanitised) Cursor transcript whose ``tool_call`` carries no id, and the
+    hook payloads of the same turn BUILT BY HAND in the documented shape (the
+    transcript's prompt, tool name and input): hooks, then the transcript import, give
+    one tool call (the hook's id), and the import of an ended turn leaves the status
+    the hooks' ``stop`` set."""
+    lines = [json.loads(x) for x in CURSOR_DRIFT.read_text().splitlines()]
+    prompt = lines[0]["message"]["content"][0]["text"]
+    (call,) = [b for b in lines[1]["message"]["content"] if b["type"] == "tool_call"]
+    base = {"conversation_id": "c0ffee-2", "generation_id": "g", "model": "cursor-auto",
+            "cursor_version": "2.6.1", "workspace_roots": ["/w"], "transcript_path": None}
+    tool = {"tool_name": call["name"], "tool_input": call["input"], "tool_use_id": "call_9\nctc_9"}
+    hooks = [
+        {"hook_event_name": "sessionStart", "session_id": "c0ffee-2"},
+        {"hook_event_name": "beforeSubmitPrompt", "prompt": prompt, "attachments": []},
+        {"hook_event_name": "preToolUse", **tool},
+        {"hook_event_name": "postToolUse", **tool, "tool_output": "{}", "duration": 5},
+        {"hook_event_name": "stop", "status": "completed", "loop_count": 0},
+    ]
+    for i, h in enumerate(hooks):
+        out = ingest_hook(services.ledger, "cursor", orjson.dumps({**base, **h}), f"c2-{i}")
+        assert out.error is None, out.error
+    assert _row(services, "c0ffee-2")["status"] == "WAITING"
+
+    path = tmp_path / "c0ffee-2.jsonl"
+    path.write_bytes(CURSOR_DRIFT.read_bytes())
+    for _ in range(2):  # and a re-import adds nothing
+        import_paths(services.ledger, [path])
+        detail = _row(services, "c0ffee-2")
+        assert [(c["tool_use_id"], c["tool_name"]) for c in detail["tool_calls"]] == [
+            ("call_9\nctc_9", "read_file")
+        ]
+        assert detail["tool_call_count"] == 1 and detail["prompt_count"] == 1
+        assert detail["status"] == "WAITING"
+    kinds = _kinds(services, "cursor", "c0ffee-2")
+    assert kinds.count("ToolCallStarted") == kinds.count("ToolCallCompleted") == 1
+
+
 # -- OpenClaw -----------------------------------------------------------------------------
 
 
