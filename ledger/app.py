@@ -7,14 +7,19 @@ together, one transaction per chunk of events. Writers in one process are serial
 by a lock; across processes eventsourcing's optimistic concurrency decides (a version
 clash raises ``IntegrityError``; each session is then reloaded and its observations
 applied again, which is safe because they are idempotent).
+
+Observations of hooks that name a session *key* (OpenClaw ``sessionKey``) are first
+resolved or bound through the key's :class:`~ledger.session_keys.SessionKey` stream, in
+their order, so a hook carrying only the key lands on the session the key names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -29,6 +34,9 @@ from ledger.mapper import OrjsonTranscoder, PydanticMapper
 from ledger.observation import Observation, Rejected
 from ledger.quarantine import Quarantine, quarantine_id
 from ledger.session import Session
+from ledger.session_keys import SessionKey, session_key_id
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -154,6 +162,62 @@ class Ledger(Application[UUID]):
 
         Returns a :class:`RecordResult` with the appended notification positions.
         """
+        if not isinstance(items, list):
+            items = list(items)
+        keyed = [i for i in items if type(i) is Observation and "session_key" in i.extra]
+        if not keyed:
+            return self._record_items(items)
+        with self._write_lock:  # resolution and recording, unseparated by other writes
+            self._resolve_session_keys(keyed)
+            return self._record_items(items)
+
+    def _resolve_session_keys(self, keyed: list[Observation]) -> None:
+        """Apply the ``extra["session_key"]`` of observations from hooks that name a
+        session key (:mod:`ledger.session_keys`), in order: ``(agent, key, mode,
+        external id)``, mode ``"resolve"`` (the hook named only the key: its session is
+        set to the one the key's stream resolves it to), ``"bind"`` or ``"start"`` (the
+        key names that external id now; ``"start"`` even one it moved on from). The key
+        streams are saved first, in their own transaction; on a version clash with
+        another writer they are reloaded and the resolution made again."""
+
+        def attempt() -> None:
+            now = datetime.now(UTC)
+            streams: dict[UUID, SessionKey] = {}
+            try:
+                for obs in keyed:
+                    agent, key, mode, external = obs.extra["session_key"]
+                    kid = session_key_id(agent, key)
+                    agg = streams.get(kid)
+                    if agg is None:
+                        agg = self._get(kid, SessionKey, for_write=True)
+                        if agg is None:
+                            agg = SessionKey.open(agent, key, obs.source_format, now)
+                        streams[kid] = agg
+                    cause = obs.record_key or obs.key
+                    if mode == "resolve":
+                        resolved, new = agg.resolve(cause, obs.source_format, now)
+                        if new and resolved == key:
+                            log.warning(
+                                "%s hook %s names only the session key %r, and no session "
+                                "id is known for it yet: recorded on a session named after "
+                                "the key", agent, cause, key,
+                            )
+                        obs.session = replace(obs.session, external_id=resolved)
+                    elif external:
+                        agg.bind(
+                            external, obs.extra.get("hook", obs.kind), cause,
+                            obs.source_format, now, authoritative=mode == "start",
+                        )
+                dirty = [a for a in streams.values() if a.pending_events]
+                if dirty:
+                    self.save(*dirty)
+            except BaseException:
+                self._evict(streams)
+                raise
+
+        retry(IntegrityError, max_attempts=MAX_ATTEMPTS, wait=RETRY_WAIT_S)(attempt)()
+
+    def _record_items(self, items: list[Observation | Rejected]) -> RecordResult:
         by_session: dict[UUID, list[Observation]] = {}
         by_source: dict[str, list[Rejected]] = {}
         for item in items:
@@ -384,7 +448,7 @@ def _project(aggregate: Any, events: Iterable[Any]) -> Any:
     ``isinstance(event, CanMutateProtocol)`` assertion. That check is against a
     runtime-checkable Protocol, which Python 3.11 answers by walking the protocol's
     attributes: about 45 µs per event, measured in the journal ingest's profile. Every
-    event here is one of ``Session``'s or ``Quarantine``'s own classes."""
+    event here is one of ``Session``'s, ``Quarantine``'s or ``SessionKey``'s own classes."""
     for event in events:
         aggregate = event.mutate(aggregate)
     return aggregate

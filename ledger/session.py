@@ -365,6 +365,10 @@ class Session(BaseAggregate[UUID]):
         self.ended_at: datetime | None = None
         self.live_prompt_counts: dict[tuple[str, str], int] = {}
         self.unpaired_calls: dict[str, tuple[str, str]] = {}
+        self.hook_call_counts: dict[str, int] = {}
+        """Hook tool-call starts per ``call:`` alias hash (:meth:`_call_alias`)."""
+        self.call_alias_of: dict[str, str] = {}
+        """``tool_use_id`` -> the ``call:{hash}:{n}`` alias of its start."""
         self.derived_starts: set[str] = set()
         """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
         self.running_usage: dict[str, dict[str, int]] = {}
@@ -418,11 +422,23 @@ class Session(BaseAggregate[UUID]):
             data = self._usage_not_yet_recorded(obs)
             if data is None:
                 return 0
+        if "hook_call_hash" in obs.extra:
+            alias = self._call_alias(obs)
+            if alias is not None:
+                if alias in seen:  # a file import recorded this call already
+                    return 0
+                alias_keys = (*alias_keys, alias)
         cls = self.EVENT_CLASSES[obs.kind]
         self._now = recorded_at
         if "pair" in obs.extra:
             obs.data["tool_use_id"] = self._pair_tool_call(obs)
         hook_hash = obs.extra.get("hook_prompt_hash")
+        if obs.kind == "PromptSubmitted" and hook_hash is not None:
+            n = self.live_prompt_occurrence(hook_hash, obs.source_format)
+            alias = f"prompt:{hook_hash}:{n}"
+            if alias in self.seen_keys:  # before a Reopened: a duplicate changes nothing
+                return self._keep_prompt_captured_again(obs, alias)
+            alias_keys = (*alias_keys, alias)
         batch = self._batch_for(obs)
         historical = self._is_historical(obs, batch)
         appended = 0
@@ -442,12 +458,6 @@ class Session(BaseAggregate[UUID]):
                 },
             )
             appended += 1
-        if obs.kind == "PromptSubmitted" and hook_hash is not None:
-            n = self.live_prompt_occurrence(hook_hash, obs.source_format)
-            alias = f"prompt:{hook_hash}:{n}"
-            if alias in self.seen_keys:
-                return 0
-            alias_keys = (*alias_keys, alias)
         if obs.kind == "PromptSubmitted" and not historical and opens_batch(obs.data):
             batch = self.batch + 1
         status = self.status if historical else _next_status(self.status, obs)
@@ -499,6 +509,20 @@ class Session(BaseAggregate[UUID]):
         )
         return 1
 
+    def _keep_prompt_captured_again(self, obs: Observation, alias: str) -> int:
+        """A live capture's prompt (a hook's, ``hookledger run``'s) that another source
+        recorded first is no new prompt, but its capture is kept: a
+        :class:`Session.RecordObserved` (``PROMPT_CAPTURED_AGAIN``, its raw payload, the
+        alias it matched), in the batch of that prompt. It counts toward the capture's
+        occurrences (:meth:`live_prompt_occurrence`), so its next prompt of the same
+        text is matched with the next copy, not this one again. Returns 1."""
+        self._append(
+            Session.RecordObserved, obs, key=obs.key, status=self.status,
+            batch=self.batch_of_key.get(alias, self.batch), raw=obs.raw,
+            data={"record_type": PROMPT_CAPTURED_AGAIN}, alias_keys=(alias,),
+        )
+        return 1
+
     def _start_unseen_call(self, obs: Observation, status: SessionStatus, batch: int) -> int:
         """A completion whose start this stream never saw (a ``PostToolUse`` without its
         ``PreToolUse``: hooks installed while the tool ran, a ``PreToolUse`` matcher
@@ -539,6 +563,18 @@ class Session(BaseAggregate[UUID]):
         source meets the others on the alias ``prompt:{hash}:{n}``."""
         return self.live_prompt_counts.get((_live_capture(source_format), text_hash), 0) + 1
 
+    def _call_alias(self, obs: Observation) -> str | None:
+        """The alias a file import gives this hook tool call, whose copy in the file has
+        no id (:class:`ledger.sources.adapter_kit.CallCounter`): a start's is
+        ``call:{hash of tool name and input}:{n}``, n counting this session's hook
+        starts of that hash; a completion's is its start's plus ``:end`` (None when the
+        start was not seen)."""
+        if obs.kind == "ToolCallStarted":
+            h = obs.extra["hook_call_hash"]
+            return f"call:{h}:{self.hook_call_counts.get(h, 0) + 1}"
+        start = self.call_alias_of.get(obs.data.get("tool_use_id"))  # type: ignore[arg-type]
+        return None if start is None else f"{start}:end"
+
     # -- internals ----------------------------------------------------------------
 
     def _pair_tool_call(self, obs: Observation) -> str:
@@ -559,8 +595,13 @@ class Session(BaseAggregate[UUID]):
         return self.batch
 
     def _is_historical(self, obs: Observation, batch: int) -> bool:
-        """A late record of the past (e.g. a transcript imported after the hooks)."""
-        if obs.after_prompt is not None and batch < self.batch:
+        """A late record of the past (e.g. a transcript imported after the hooks): it
+        follows a prompt of an earlier batch, or of the current batch when that batch's
+        turn already ended (a ``TurnEnded``, e.g. the hooks' stop, is in the stream)."""
+        if obs.after_prompt is not None and (
+            batch < self.batch
+            or (not self.batch_open and obs.after_prompt in self.batch_of_key)
+        ):
             return True
         return (
             self.status in ENDED_STATES
@@ -626,17 +667,17 @@ class Session(BaseAggregate[UUID]):
         previous_batch = self.batch
         self.status = event.status
         self.batch = max(self.batch, event.batch)
+        if event.alias_keys and isinstance(event, Session.ToolCallStarted):
+            self._note_call_alias(event)
         match event:
             case Session.PromptSubmitted():
                 if event.batch > previous_batch and opens_batch({"prompt_kind": event.prompt_kind}):
                     self.batch_open = True
                 for k in (event.event_key, *event.alias_keys):
                     self.batch_of_key[k] = event.batch
-                capture = _live_capture(event.source_format)
-                h = _alias_hash(event.alias_keys) if capture else None
-                if h is not None:
-                    key = (capture, h)
-                    self.live_prompt_counts[key] = self.live_prompt_counts.get(key, 0) + 1
+                self._count_live_prompt(event)
+            case Session.RecordObserved() if event.record_type == PROMPT_CAPTURED_AGAIN:
+                self._count_live_prompt(event)
             case Session.ToolCallStarted() if (event.record_key or "").startswith("derived:"):
                 self.derived_starts.add(event.event_key)
             case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
@@ -665,9 +706,30 @@ class Session(BaseAggregate[UUID]):
         self.liveness.apply(self, event)
 
 
+    def _count_live_prompt(self, event: Session.Event) -> None:
+        capture = _live_capture(event.source_format)
+        h = _alias_hash(event.alias_keys) if capture else None
+        if h is not None:
+            key = (capture, h)
+            self.live_prompt_counts[key] = self.live_prompt_counts.get(key, 0) + 1
+
+    def _note_call_alias(self, event: Session.ToolCallStarted) -> None:
+        for k in event.alias_keys:
+            if k.startswith("call:"):
+                self.call_alias_of[event.tool_use_id] = k
+                if event.source_format.endswith(".hook"):
+                    h = k.split(":")[1]
+                    self.hook_call_counts[h] = self.hook_call_counts.get(h, 0) + 1
+                return
+
+
 def opens_batch(data: dict[str, Any]) -> bool:
     """Human prompts and subagent task prompts open a prompt batch."""
     return data.get("prompt_kind", "human") in ("human", "task")
+
+
+PROMPT_CAPTURED_AGAIN = "prompt captured again"
+"""``record_type`` of a live capture's copy of a prompt another source recorded first."""
 
 
 def _live_capture(source_format: str) -> str:

@@ -26,6 +26,7 @@ from ledger.envelope import raw_record
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
+from ledger.session_keys import SessionKey, session_key_id
 from projections import queries
 
 from conftest import FIXTURES, Server, cli
@@ -313,6 +314,49 @@ def test_cursor_hook_prompt_and_transcript_prompt_are_one_fact(
     assert [b["prompt"] for b in detail["batches"]] == ["Run the tests"]
 
 
+CURSOR_DRIFT = FIXTURES / "agent-sessions-schema-drift" / "cursor_transcript_schema_drift.jsonl"
+
+
+def test_cursor_hook_tool_call_and_transcript_tool_call_are_one_call(
+    services: Services, tmp_path: Path
+) -> None:
+    """A real (sanitised) Cursor transcript whose ``tool_call`` carries no id, and the
+    hook payloads of the same turn BUILT BY HAND in the documented shape (the
+    transcript's prompt, tool name and input): hooks, then the transcript import, give
+    one tool call (the hook's id), and the import of an ended turn leaves the status
+    the hooks' ``stop`` set."""
+    lines = [json.loads(x) for x in CURSOR_DRIFT.read_text().splitlines()]
+    prompt = lines[0]["message"]["content"][0]["text"]
+    (call,) = [b for b in lines[1]["message"]["content"] if b["type"] == "tool_call"]
+    base = {"conversation_id": "c0ffee-2", "generation_id": "g", "model": "cursor-auto",
+            "cursor_version": "2.6.1", "workspace_roots": ["/w"], "transcript_path": None}
+    tool = {"tool_name": call["name"], "tool_input": call["input"], "tool_use_id": "call_9\nctc_9"}
+    hooks = [
+        {"hook_event_name": "sessionStart", "session_id": "c0ffee-2"},
+        {"hook_event_name": "beforeSubmitPrompt", "prompt": prompt, "attachments": []},
+        {"hook_event_name": "preToolUse", **tool},
+        {"hook_event_name": "postToolUse", **tool, "tool_output": "{}", "duration": 5},
+        {"hook_event_name": "stop", "status": "completed", "loop_count": 0},
+    ]
+    for i, h in enumerate(hooks):
+        out = ingest_hook(services.ledger, "cursor", orjson.dumps({**base, **h}), f"c2-{i}")
+        assert out.error is None, out.error
+    assert _row(services, "c0ffee-2")["status"] == "WAITING"
+
+    path = tmp_path / "c0ffee-2.jsonl"
+    path.write_bytes(CURSOR_DRIFT.read_bytes())
+    for _ in range(2):  # and a re-import adds nothing
+        import_paths(services.ledger, [path])
+        detail = _row(services, "c0ffee-2")
+        assert [(c["tool_use_id"], c["tool_name"]) for c in detail["tool_calls"]] == [
+            ("call_9\nctc_9", "read_file")
+        ]
+        assert detail["tool_call_count"] == 1 and detail["prompt_count"] == 1
+        assert detail["status"] == "WAITING"
+    kinds = _kinds(services, "cursor", "c0ffee-2")
+    assert kinds.count("ToolCallStarted") == kinds.count("ToolCallCompleted") == 1
+
+
 # -- OpenClaw -----------------------------------------------------------------------------
 
 
@@ -397,6 +441,144 @@ def test_openclaw_hooks_and_transcript(settings: Settings) -> None:
         }
         assert {c["tool_use_id"] for c in detail["tool_calls"]} == calls == {"tc1"}
         assert detail["prompt_count"] == 1
+    finally:
+        services.close()
+
+
+KEY = "agent:main:main"
+
+
+def _upstream_turn(sid: str, run: str, prompt: str) -> list[dict[str, Any]]:
+    """One OpenClaw turn with upstream's field names (``hook-message.types.ts``,
+    ``hook-types.ts``): ``message_received`` carries the session key and run id but no
+    ``sessionId``; the agent hooks' ctx carries both. BUILT BY HAND."""
+    agent_ctx = {"agentId": "main", "sessionKey": KEY, "sessionId": sid, "runId": run}
+    tool = {"toolName": "shell_exec", "params": {"command": "ls"}, "runId": run,
+            "toolCallId": f"{run}-tc"}
+    return [
+        {"hook": "message_received",
+         "event": {"from": "telegram:1", "content": prompt, "timestamp": 1771923602000,
+                   "sessionKey": KEY, "runId": run},
+         "ctx": {"channelId": "telegram", "conversationId": "1", "sessionKey": KEY,
+                 "runId": run}},
+        {"hook": "before_tool_call", "event": tool, "ctx": agent_ctx},
+        {"hook": "after_tool_call", "event": {**tool, "result": "a\nb", "durationMs": 9},
+         "ctx": agent_ctx},
+        {"hook": "llm_output",
+         "event": {"runId": run, "sessionId": sid, "provider": "p", "model": "m",
+                   "assistantTexts": ["a, b"],
+                   "usage": {"input": 100, "output": 20, "cacheRead": 1000, "cacheWrite": 0,
+                             "total": 1120}},
+         "ctx": agent_ctx},
+        {"hook": "agent_end", "event": {"runId": run, "messages": [], "success": True},
+         "ctx": agent_ctx},
+    ]
+
+
+def _start(sid: str, resumed_from: str | None = None) -> dict[str, Any]:
+    event = {"sessionId": sid, "sessionKey": KEY}
+    if resumed_from:
+        event["resumedFrom"] = resumed_from
+    return {"hook": "session_start", "event": event,
+            "ctx": {"agentId": "main", "sessionId": sid, "sessionKey": KEY}}
+
+
+def _openclaw_sessions(services: Services) -> dict[str, dict[str, Any]]:
+    services.runner.catch_up()
+    return {
+        r["external_id"]: r
+        for r in queries.list_sessions(services.models, limit=100)
+        if r["agent"] == "openclaw"
+    }
+
+
+def test_openclaw_prompt_without_session_id_joins_the_session_its_key_names(
+    services: Services,
+) -> None:
+    """Upstream ``message_received`` has only ``sessionKey``, which stays the same across
+    ``/new``: the prompt goes to the session the key names (learnt from
+    ``session_start``, ``session_end.nextSessionId`` and hooks carrying both), not to a
+    session named after the key. The first session id is the real transcript's."""
+    sid = json.loads(OPENCLAW.read_text().splitlines()[0])["id"]
+    sid2 = "5b0e1f7a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+    n = 0
+
+    def send(*payloads: dict[str, Any], key: str | None = None) -> None:
+        nonlocal n
+        for p in payloads:
+            n += 1
+            out = ingest_hook(services.ledger, "openclaw", orjson.dumps(p), key or f"oc-{n}")
+            assert out.error is None, out.error
+
+    first = _upstream_turn(sid, "r1", "List files")
+    send(_start(sid), *first)
+    rows = _openclaw_sessions(services)
+    assert list(rows) == [sid]
+    row = rows[sid]
+    assert (row["prompt_count"], row["tool_call_count"], row["status"]) == (1, 1, "WAITING")
+    assert (row["input_tokens"], row["output_tokens"]) == (100, 20)
+
+    # /new: the command reaches the old session, then the key moves on (session_end
+    # names the next session, session_start starts it); a late hook of the old session
+    # does not move it back.
+    new = {**first[0], "event": {**first[0]["event"], "content": "/new", "runId": "r2"}}
+    end = {"hook": "session_end",
+           "event": {"sessionId": sid, "sessionKey": KEY, "messageCount": 4, "reason": "new",
+                     "nextSessionId": sid2},
+           "ctx": {"agentId": "main", "sessionId": sid, "sessionKey": KEY}}
+    late = {**first[2], "event": {**first[2]["event"], "toolCallId": "late"}}
+    send(new, end, _start(sid2, resumed_from=sid), late, *_upstream_turn(sid2, "r3", "hello"))
+    # The first prompt delivered again (same capture key) after the key moved on: the
+    # session of its first resolution, so nothing is appended.
+    before = services.ledger.max_position()
+    send(first[0], key="oc-2")
+    assert services.ledger.max_position() == before
+
+    rows = _openclaw_sessions(services)
+    assert set(rows) == {sid, sid2}
+    assert [b["prompt"] for b in _row(services, sid2)["batches"]] == ["hello"]
+    assert rows[sid2]["prompt_count"] == 1 and rows[sid2]["tool_call_count"] == 1
+    assert [b["prompt"] for b in _row(services, sid)["batches"]] == ["List files"]
+
+    # A key no hook ever tied to a session id: today's behaviour (a session named after
+    # the key), recorded as an unbound resolution.
+    other = "agent:main:telegram:dm:9"
+    send({"hook": "message_received",
+          "event": {"from": "telegram:9", "content": "hi", "sessionKey": other},
+          "ctx": {"channelId": "telegram", "sessionKey": other}})
+    assert _openclaw_sessions(services)[other]["prompt_count"] == 1
+    stream = services.ledger.repository.event_store.get(session_key_id("openclaw", other))
+    resolved = [e for e in stream if isinstance(e, SessionKey.Resolved)]
+    assert [(e.external_id, e.bound) for e in resolved] == [(other, False)]
+    bound = [
+        (e.external_id, e.previous, e.hook)
+        for e in services.ledger.repository.event_store.get(session_key_id("openclaw", KEY))
+        if isinstance(e, SessionKey.Bound)
+    ]
+    assert bound == [(sid, None, "session_start"), (sid2, sid, "session_end")]
+
+
+def test_openclaw_key_resolution_through_the_spool_the_cli_and_http(settings: Settings) -> None:
+    """``hookledger hook openclaw`` with the server down spools to the journal, the
+    server drains it at start, later hooks are POSTed: the prompt still joins its
+    session."""
+    sid = json.loads(OPENCLAW.read_text().splitlines()[0])["id"]
+    turn = _upstream_turn(sid, "r1", "List files")
+    for p in (_start(sid), turn[0]):
+        out = cli(settings, "hook", "openclaw", stdin=orjson.dumps(p), check=False,
+                  extra_env={"HOOKLEDGER_URL": "http://127.0.0.1:9"})
+        assert out.returncode == 0, out.stderr
+    srv = Server(settings).start()
+    try:
+        responses = _post_all(srv.url, "openclaw", turn[1:], "http")
+    finally:
+        srv.stop()
+    assert [r.status_code for r in responses] == [202] * 4
+    services = build(settings)
+    try:
+        rows = _openclaw_sessions(services)
+        assert list(rows) == [sid]
+        assert (rows[sid]["prompt_count"], rows[sid]["tool_call_count"]) == (1, 1)
     finally:
         services.close()
 

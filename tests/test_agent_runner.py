@@ -304,13 +304,19 @@ def test_the_runs_prompt_and_the_hooks_copy_of_it_are_one_prompt(services: Servi
 
     hook("before", "say hello")  # the hook fires before the stream's first line
     _run(services, recording, prompt="say hello")
-    _run(services, recording, prompt="say hello", session=sid)
+    follow_up = FIXTURES / "claude_code-elixir-stream-json" / "file_listing.jsonl"
+    _run(services, follow_up, prompt="say hello", session=sid)
     hook("after", "say hello")  # the follow-up's hook, late
     services.runner.catch_up()
     s = _session(services, sid)
     detail = queries.get_session(services.models, s["id"])
     assert [b["prompt"] for b in detail["batches"]] == ["say hello", "say hello"]
     assert s["prompt_count"] == 2
+    # the late duplicate did not reopen the ended session (only the follow-up run did);
+    # each capture that found its prompt recorded is kept as a record
+    kinds = _kinds(services, s)
+    assert s["status"] == "COMPLETED" and kinds.count("Reopened") == 1
+    assert kinds.count("RecordObserved") == 2
 
 
 def test_a_closed_output_stops_the_pass_through_not_the_recording(services: Services) -> None:

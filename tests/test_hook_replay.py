@@ -183,3 +183,35 @@ def test_a_start_arriving_after_its_derived_start_is_kept_not_dropped(services: 
     services.runner.catch_up()
     (row,) = queries.list_sessions(services.models)
     assert row["tool_call_count"] == 1
+
+
+def test_hook_prompts_after_the_transcript_match_its_copies_in_order(services, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The same words typed twice are in the transcript imported first; the hooks then
+    # deliver them, and a third time. The first two hooks are the transcript's two
+    # prompts (kept as records), the third is a new prompt. Before, each hook was matched
+    # with the first copy again, so the third prompt was lost.
+    import json as _json
+    from uuid import UUID
+
+    from ledger.importer import import_paths
+    from ledger.ingest import ingest_hook
+    from projections import queries
+
+    real = (FIXTURES / "spotter-claude-transcripts" / "short.jsonl").read_text().splitlines()
+    (first,) = [r for r in map(_json.loads, real) if r.get("type") == "user" and isinstance(r["message"]["content"], str)]
+    again = {**first, "uuid": "00000000-0000-4000-8000-0000000000aa", "timestamp": "2026-02-10T21:30:00.000Z"}
+    path = tmp_path / "55604662-cf2a-4331-851a-ec234028f8ca.jsonl"
+    path.write_text("\n".join([*real, _json.dumps(again)]) + "\n")
+    import_paths(services.ledger, [path])
+    services.runner.catch_up()
+    (before,) = queries.list_sessions(services.models)
+    for n in range(3):
+        body = {"session_id": first["sessionId"], "transcript_path": str(path), "cwd": first["cwd"],
+                "hook_event_name": "UserPromptSubmit", "prompt": first["message"]["content"]}
+        ingest_hook(services.ledger, "claude-code", _json.dumps(body).encode(), f"capture-{n}")
+    services.runner.catch_up()
+    (after,) = queries.list_sessions(services.models)
+    assert after["prompt_count"] == before["prompt_count"] + 1
+    kept = [e for e in services.ledger.events.get(UUID(after["id"]))
+            if getattr(e, "record_type", None) == "prompt captured again"]
+    assert [e.event_key for e in kept] == ["hook:capture-0", "hook:capture-1"]

@@ -37,7 +37,15 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7407
-EXPECTED_SHA256 = "926ac5481bfa3457dc60e3f58d60df5a5c675dab88149948da0fd0826f57a80e"
+EXPECTED_SHA256 = "3cd307abcd87f0310204602d2ff5183dcd800ef8da71717e07818e8f4c1d9fa7"
+# Re-derived on 2026-11-25, last: the same 7,407 rows; 32 differ. (1) Cursor transcript
+# tool calls without an id carry the alias ``call:{hash of name and input}:{n}`` (their
+# completions ``…:end``), which the aggregate gives the hooks' copy of the call: 3 rows.
+# (2) A transcript record that follows a prompt of the current batch after that batch's
+# turn ended in the stream (the hooks' Stop, ingested first here) no longer moves the
+# status: 20 Claude Code transcript rows of two sessions (a task notification after the
+# Stop, and what followed it) keep WAITING instead of PROCESSING; the other 9 rows
+# differ only in their digest (the chain after a changed row).
 # Re-derived on 2026-11-25, later still: a tool call's completion whose start the
 # stream never saw now appends a ToolCallStarted derived from it first (record_key
 # ``derived:…``; Session._start_unseen_call), and a start arriving after that is kept as

@@ -7,6 +7,9 @@
   raises :class:`HookPayloadError` (the error ``ledger.ingest`` turns into a rejected
   input) when the payload cannot be attributed.
 * :func:`prompt_kind` tells a slash command from a typed prompt.
+* :class:`PromptCounter` / :class:`CallCounter` give a file's prompts and id-less tool
+  calls the alias keys hook facts of the same session get in the aggregate, so a fact
+  seen by a hook and by a file import is one fact.
 """
 
 from __future__ import annotations
@@ -15,15 +18,18 @@ import hashlib
 import re
 from typing import Any
 
+from ledger.observation import json_hash
 from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.claude_hooks import HookPayloadError
 
 __all__ = [
+    "CallCounter",
     "HookPayloadError",
     "LineKeys",
     "PromptCounter",
     "as_int",
     "as_str",
+    "call_hash",
     "hook_envelope",
     "parse_time",
     "prompt_kind",
@@ -59,6 +65,29 @@ class PromptCounter:
         n = self.counts.get((session, h), 0) + 1
         self.counts[(session, h)] = n
         return f"prompt:{h}:{n}"
+
+
+def call_hash(tool_name: str, tool_input: Any) -> str:
+    """Hash of a tool call's name and input (sorted-key JSON): what pairs an id-less
+    call of a file with the same call seen by a hook."""
+    return json_hash([tool_name, tool_input])
+
+
+class CallCounter:
+    """Alias keys ``call:{call hash}:{n}`` for tool calls without an id (the n-th call of
+    the same tool and input in the file; its completion ``call:{call hash}:{n}:end``).
+    The aggregate gives hook tool calls the same aliases, counting hook calls the same
+    way (:meth:`ledger.session.Session.observe`), so a call seen by a hook and by a
+    transcript import is one call."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def alias(self, tool_name: str, tool_input: Any) -> str:
+        h = call_hash(tool_name, tool_input)
+        n = self.counts.get(h, 0) + 1
+        self.counts[h] = n
+        return f"call:{h}:{n}"
 
 
 def as_str(value: Any) -> str | None:

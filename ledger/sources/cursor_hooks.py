@@ -20,7 +20,10 @@ Hooks -> facts:
 * preToolUse / postToolUse / postToolUseFailure ``{tool_name, tool_input, tool_use_id,
   tool_output (JSON string), duration (ms)}`` -> ``ToolCallStarted`` /
   ``ToolCallCompleted`` keyed ``tool:{tool_use_id}:start|end`` (the id may hold a
-  newline between its two parts: kept verbatim);
+  newline between its two parts: kept verbatim). The transcript's calls carry no id,
+  so the aggregate also gives a start the alias ``call:{hash of tool name and
+  input}:{n}`` (n-th such hook call of the session) and its completion that alias
+  plus ``:end``, the aliases the transcript import computes: one call, not two;
 * subagentStart / subagentStop ``{subagent_id, subagent_type, task}`` -> child session
   ``{conversation_id}/subagent-{subagent_id}``: ``SubagentLinked`` + child ``Started``
   (+ the task as its prompt) / ``SubagentStopped`` + child ``Ended``;
@@ -47,6 +50,7 @@ from ledger.sources.adapter_kit import (
     HookPayloadError,
     as_int,
     as_str,
+    call_hash,
     hook_envelope,
     prompt_kind,
     text_hash,
@@ -174,7 +178,7 @@ def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
     phase = "start" if name == "preToolUse" else "end"
     k = f"tool:{tool_id}:{phase}" if tool_id else key
     if name == "preToolUse":
-        return obs(
+        o = obs(
             "ToolCallStarted",
             {
                 "tool_use_id": tool_id or key,
@@ -183,9 +187,13 @@ def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
             },
             k,
         )
+        # The transcript's copy of this call has no id: the aggregate gives this start
+        # the alias ``call:{hash}:{n}`` the transcript import gives it (CallCounter).
+        o.extra["hook_call_hash"] = call_hash(tool_name, p.get("tool_input"))
+        return o
     failed = name == "postToolUseFailure"
     error = p.get("error_message") if "error_message" in p else p.get("error")
-    return obs(
+    o = obs(
         "ToolCallCompleted",
         {
             "tool_use_id": tool_id or key,
@@ -198,6 +206,8 @@ def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
         },
         k,
     )
+    o.extra["hook_call_hash"] = None  # the alias of its start, plus ":end"
+    return o
 
 
 def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> list[Observation]:

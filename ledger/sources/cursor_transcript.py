@@ -13,7 +13,10 @@ per message, ``{role, message{content[]}}``, with no uuid and no timestamp. Henc
 * ``tool_use`` (drift: ``tool_call``) blocks carry no id: the call id is
   ``{line key}#{block index}``; a ``tool_result`` (drift: ``tool-result``) names its
   call by ``tool_use_id`` when present, else it closes the oldest open call of the
-  same tool name in the file;
+  same tool name in the file. An id-less call has the alias ``call:{hash of tool name
+  and input}:{n}`` (n-th such call in the file; its completion the alias plus
+  ``:end``), the alias the aggregate gives the hook's copy of the call
+  (``preToolUse``/``postToolUse``), so hooks plus an import count it once;
 * ``user`` text blocks are a prompt (the text inside ``<user_query>`` when present, so
   it equals the hook's ``beforeSubmitPrompt.prompt``); ``assistant``
   text blocks a reply; a line without ``role`` is kept as ``RecordObserved`` (except
@@ -30,7 +33,13 @@ import orjson
 from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.privacy import may_hold_private, strip_private
-from ledger.sources.adapter_kit import LineKeys, PromptCounter, as_str, prompt_kind
+from ledger.sources.adapter_kit import (
+    CallCounter,
+    LineKeys,
+    PromptCounter,
+    as_str,
+    prompt_kind,
+)
 
 AGENT = "cursor"
 SOURCE_FORMAT = "cursor.transcript"
@@ -58,7 +67,8 @@ def parse_records(
     ref = SessionRef(AGENT, conversation_id)
     keys = LineKeys()
     prompts = PromptCounter()
-    open_calls: list[tuple[str, str]] = []  # (tool_use_id, tool name), oldest first
+    calls = CallCounter()
+    open_calls: list[tuple[str, str, str | None]] = []  # (tool_use_id, name, alias), oldest first
     last_prompt: str | None = None
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -111,8 +121,8 @@ def parse_records(
                 p.after_prompt = None
                 p.alias_keys = (prompts.alias(conversation_id, text),)
                 facts.append(p)
-                if kind == "human":
-                    last_prompt = key
+                if kind == "human":  # the alias: also the hook's copy of the prompt
+                    last_prompt = p.alias_keys[0]
             for i, b in enumerate(blocks):
                 if b.get("type") in _RESULTS:
                     facts.append(_result(b, f"{key}#{i}", open_calls, obs))
@@ -130,21 +140,23 @@ def parse_records(
             )
             for i, b in enumerate(blocks):
                 if b.get("type") in _CALLS:
-                    tool_id = as_str(b.get("id")) or f"{key}#{i}"
+                    tool_id = as_str(b.get("id"))
                     name = as_str(b.get("name")) or "(unknown)"
-                    open_calls.append((tool_id, name))
-                    facts.append(
-                        obs(
-                            "ToolCallStarted",
-                            {
-                                "tool_use_id": tool_id,
-                                "tool_name": name,
-                                "tool_input": b.get("input"),
-                                "message_id": key,
-                            },
-                            f"tool:{tool_id}:start",
-                        )
+                    alias = None if tool_id else calls.alias(name, b.get("input"))
+                    tool_id = tool_id or f"{key}#{i}"
+                    open_calls.append((tool_id, name, alias))
+                    start = obs(
+                        "ToolCallStarted",
+                        {
+                            "tool_use_id": tool_id,
+                            "tool_name": name,
+                            "tool_input": b.get("input"),
+                            "message_id": key,
+                        },
+                        f"tool:{tool_id}:start",
                     )
+                    start.alias_keys = (alias,) if alias else ()
+                    facts.append(start)
         elif rec.get("type") == "turn_ended":
             facts.append(obs("TurnEnded", {"reason": as_str(rec.get("status")) or "turn_ended"}))
         if not facts:
@@ -164,16 +176,20 @@ def _unwrap(text: str) -> str:
 
 
 def _result(
-    block: dict[str, Any], fallback: str, open_calls: list[tuple[str, str]], obs: Any
+    block: dict[str, Any],
+    fallback: str,
+    open_calls: list[tuple[str, str, str | None]],
+    obs: Any,
 ) -> Observation:
     name = as_str(block.get("name"))
     tool_id = as_str(block.get("tool_use_id")) or as_str(block.get("id"))
     if tool_id is None:
         match = next((c for c in open_calls if name is None or c[1] == name), None)
         tool_id = match[0] if match else fallback
+    alias = next((c[2] for c in open_calls if c[0] == tool_id), None)
     open_calls[:] = [c for c in open_calls if c[0] != tool_id]
     is_error = block.get("is_error") is True
-    return obs(
+    done = obs(
         "ToolCallCompleted",
         {
             "tool_use_id": tool_id,
@@ -183,3 +199,5 @@ def _result(
         },
         f"tool:{tool_id}:end",
     )
+    done.alias_keys = (f"{alias}:end",) if alias else ()
+    return done

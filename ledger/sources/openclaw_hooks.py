@@ -12,9 +12,15 @@ small plugin forwards each call to ``POST /v1/hooks/openclaw`` (or pipes it to
 
     {"hook": "<hook name>", "event": {...the handler's event...}, "ctx": {...its ctx...}}
 
-The session is ``event.sessionId``, else ``ctx.sessionId``, else ``event.sessionKey`` /
-``ctx.sessionKey`` (the id in OpenClaw's session transcript header is the
-``sessionId``). ``event.timestamp`` (ISO or epoch ms), when present, is ``occurred_at``.
+The session is ``event.sessionId``, else ``ctx.sessionId`` (the id in OpenClaw's
+session transcript header). ``sessionKey`` (``event`` or ``ctx``) names the
+conversation bucket, the same across ``/new`` and resets; upstream ``message_received``
+carries only it. A hook with only the key is resolved by the ledger through the key's
+stream (:mod:`ledger.session_keys`) to the session the key names, learnt from
+``session_start``, ``session_end.nextSessionId`` and any hook carrying both; when
+none is known yet it goes to a session named after the key (logged, and recorded as a
+``SessionKey.Resolved`` with ``bound`` False). ``event.timestamp`` (ISO or epoch ms),
+when present, is ``occurred_at``.
 
 Hooks -> facts:
 
@@ -97,21 +103,19 @@ def parse_hook(
     ctx = payload.get("ctx", {})
     if not isinstance(event, dict) or not isinstance(ctx, dict):
         raise HookPayloadError('"event" and "ctx" must be JSON objects')
-    sid = next(
-        (
-            src[f]
-            for f in ("sessionId", "sessionKey")
-            for src in (event, ctx)
-            if isinstance(src.get(f), str) and src[f]
-        ),
-        None,
+    sid, session_key = (
+        next((src[f] for src in (event, ctx) if isinstance(src.get(f), str) and src[f]), None)
+        for f in ("sessionId", "sessionKey")
     )
-    if sid is None:
+    if sid is None and session_key is None:
         raise HookPayloadError("hook payload has no event.sessionId/ctx.sessionId/sessionKey")
     payload, redactions = strip_private(payload, raw=raw)
     event = payload.get("event", {})
-    ref = SessionRef(AGENT, sid)
+    # A hook with only the key (message_received) goes to the session the key names;
+    # one with both tells the ledger which session that is (ledger.session_keys).
+    ref = SessionRef(AGENT, sid or session_key)  # type: ignore[arg-type]
     key = f"hook:{capture_key}"
+    binding = _binding(name, event, sid, session_key)
     at = _time(event.get("timestamp")) or captured_at
 
     def obs(kind: str, data: dict[str, Any], k: str = key) -> Observation:
@@ -174,9 +178,30 @@ def parse_hook(
         facts = [obs("RecordObserved", {"record_type": f"hook:{name}"})]
     else:
         facts = [obs("UnknownHookEvent", {"hook_event_name": name})]
+    if binding is not None:
+        for f in facts:
+            f.extra["session_key"] = binding
+            f.extra["hook"] = name
     facts[0].raw = payload
     facts[0].redactions = tuple(redactions)
     return facts
+
+
+def _binding(
+    name: str, event: dict[str, Any], sid: str | None, session_key: str | None
+) -> tuple[str, str, str, str | None] | None:
+    """``(agent, key, mode, session id)`` for :meth:`ledger.app.Ledger.record` to
+    resolve or bind through the key's stream, or None (no key)."""
+    if session_key is None:
+        return None
+    if sid is None:
+        return (AGENT, session_key, "resolve", None)
+    if name == "session_start":
+        return (AGENT, session_key, "start", sid)
+    if name == "session_end":  # the key moves on to the next session, if named
+        nxt = as_str(event.get("nextSessionId"))
+        return (AGENT, session_key, "start", nxt) if nxt else None
+    return (AGENT, session_key, "bind", sid)
 
 
 def _tool(name: str, e: dict[str, Any], obs: Any, key: str) -> Observation:
