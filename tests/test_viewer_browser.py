@@ -176,52 +176,47 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
 
 
 def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """When the API answers 401, the viewer asks for the token, keeps it in
-    localStorage and sends it as ``?token=`` on API and stream URLs.
-
-    The access-token middleware is built on another branch; here the browser's own
-    request routing answers 401 for API calls without ``token=secret`` and passes the
-    others to the real server."""
+    """Against a server with ``HOOKLEDGER_TOKEN``: a browser holding an old token is told
+    it was refused (not just asked again); the right one is kept in localStorage and
+    sent as ``?token=`` on API and stream URLs. The page's own files need no token and
+    nothing on it fails to load (the icon included)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import Route, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    srv = Server(Settings(tmp_path / "data")).start()
+    srv = Server(Settings(tmp_path / "data"), env={"HOOKLEDGER_TOKEN": "secret"}).start()
     seen: list[str] = []
-
-    def guard(route: Route) -> None:
-        seen.append(route.request.url)
-        if "token=secret" in route.request.url:
-            route.continue_()
-        else:
-            route.fulfill(status=401, json={"error": "token required"})
-
+    failed: list[str] = []
     try:
-        sid = post(srv.url, _ordered_payloads()[0][0], "token-0")["sessions"][0]
+        r = httpx.post(srv.url + "/v1/hooks/claude-code", json=_ordered_payloads()[0][0],
+                       headers={"Authorization": "Bearer secret"}, timeout=30)
+        sid = r.json()["sessions"][0]
         with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=str(CHROMIUM),
-                args=CHROMIUM_ARGS,
-            )
-            page = browser.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            page.route("**/v1/**", guard)
+            browser, page = _open_page(p)
+            page.on("request", lambda req: seen.append(req.url))
+            page.on("response", lambda resp: failed.append(resp.url) if resp.status >= 400 else None)
             page.goto(srv.url + "/")
+            page.evaluate("() => localStorage.setItem('hookledger_token', 'last-months-token')")
+            page.reload()
             page.wait_for_selector("#token-form:not([hidden])")
+            why = page.text_content("#token-why") or ""
+            conn = page.text_content("#conn")
             page.screenshot(path=str(ARTIFACTS / "viewer-token-form.png"))
             page.fill("#token-input", "secret")
             page.click("#token-form button")
             page.wait_for_selector(f'tr.session-row[data-id="{sid}"]')
             page.wait_for_selector("#conn[data-state=live]")
-            stored = page.evaluate("localStorage.getItem('hookledger_token')")
+            stored = page.evaluate("() => localStorage.getItem('hookledger_token')")
             browser.close()
     finally:
         srv.stop()
+    assert "refused" in why and conn == "token refused"
     assert stored == "secret"
     assert any("/v1/stream?" in u and "token=secret" in u for u in seen)
     assert any("/v1/sessions?" in u and "token=secret" in u for u in seen)
-    assert any("/v1/" in u and "token=" not in u for u in seen)  # the first, refused call
+    # only API calls without the current token failed: no page file, no icon
+    assert failed and all("/v1/" in u and "token=secret" not in u for u in failed), failed
 
 
 def test_viewer_shows_a_batch_summary_live_and_escaped(settings: Settings, request: pytest.FixtureRequest) -> None:

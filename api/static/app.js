@@ -18,6 +18,7 @@ const view = document.getElementById("view");
 const conn = document.getElementById("conn");
 const tokenForm = document.getElementById("token-form");
 const tokenInput = document.getElementById("token-input");
+const tokenWhy = document.getElementById("token-why");
 
 // -- HTTP -------------------------------------------------------------------------
 
@@ -46,7 +47,12 @@ async function api(path) {
 
 function askToken() {
   closeStream();
-  setConn("token needed", "reconnecting");
+  const refused = token() !== "";
+  localStorage.removeItem(TOKEN_KEY); // a refused token is not sent again
+  tokenWhy.textContent = refused
+    ? "The server refused the token this browser had (HOOKLEDGER_TOKEN changed?). Enter the current one:"
+    : "This server needs an access token:";
+  setConn(refused ? "token refused" : "token needed", "reconnecting");
   tokenForm.hidden = false;
   tokenInput.focus();
 }
