@@ -335,3 +335,29 @@ def test_connect_catches_up_from_a_data_dir(settings: Settings) -> None:
     assert con.execute("SELECT max(position) FROM events").fetchone()[0] == head
     con.close()
     assert os.path.exists(analytics_path(settings.data_dir))
+
+
+def test_calls_that_never_finished_have_no_duration(services: Services) -> None:
+    import statistics
+
+    import_paths(services.ledger, [AGENTCMD])  # real transcripts with calls left open
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    open_calls = con.execute(
+        "SELECT count(*), count(duration_ms) FROM tool_calls WHERE completed_at IS NULL"
+    ).fetchone()
+    assert open_calls[0] > 0 and open_calls[1] == 0
+    # tool-usage times the finished calls only, as the relational tool_calls has them
+    t = services.models.table("tool_calls")
+    with services.models.engine.connect() as c:
+        durations: dict[str, list[int]] = {}
+        for name, ms in c.execute(select(t.c.tool_name, t.c.duration_ms)):
+            durations.setdefault(name, [])
+            if ms is not None:
+                durations[name].append(ms)
+    for row in run_query(con, "tool-usage", limit=1000):
+        timed = durations[row["tool_name"]]
+        assert row["timed_calls"] == len(timed), row
+        assert row["p50_ms"] == (round(statistics.median(timed), 1) if timed else None), row
+    con.close()

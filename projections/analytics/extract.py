@@ -177,8 +177,11 @@ RECOMPUTE = [
            coalesce(c.is_error, false) AS is_error, c.error,
            coalesce(c.interrupted, false) AS interrupted,
            s.started_at, c.completed_at,
-           coalesce(c.duration_ms, greatest(0, round(
-               epoch_ms(c.completed_at) - epoch_ms(s.started_at)))::BIGINT) AS duration_ms,
+           -- the agent's figure, else completion - start; NULL while either is missing
+           coalesce(c.duration_ms, CASE WHEN s.started_at IS NOT NULL
+               AND c.completed_at IS NOT NULL THEN greatest(0, round(
+                   epoch_ms(c.completed_at) - epoch_ms(s.started_at)))::BIGINT END)
+               AS duration_ms,
            s.start_position, c.end_position
     FROM s FULL OUTER JOIN c ON s.stream_id = c.stream_id AND s.tool_use_id = c.tool_use_id""",
     "DELETE FROM prompt_batches WHERE session_id IN (SELECT id FROM touched)",
