@@ -337,6 +337,131 @@ def test_connect_catches_up_from_a_data_dir(settings: Settings) -> None:
     assert os.path.exists(analytics_path(settings.data_dir))
 
 
+def _norm(value: Any) -> Any:
+    """One representation for both stores: times as UTC ISO with milliseconds, floats
+    rounded, booleans as bools, UUIDs as strings."""
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")[:23]
+    if isinstance(value, str) and len(value) >= 20 and value[4] == "-" and value[10] == "T":
+        return value.removesuffix("Z").ljust(23, "0")[:23]
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    return str(value)
+
+
+BOOLEAN_COLUMNS = {"is_error", "interrupted"}
+COMPARED = {  # relational table -> (DuckDB table, key columns)
+    "sessions": ("sessions", ("id",)),
+    "session_usage": ("usage", ("session_id", "message_id")),
+    "tool_calls": ("tool_calls", ("session_id", "tool_use_id")),
+    "prompt_batches": ("prompt_batches", ("session_id", "batch")),
+}
+
+
+def differences(services: Services, con: Any) -> dict[str, list[Any]]:
+    """Every row and every column the relational model and DuckDB share, compared."""
+    found: dict[str, list[Any]] = {}
+    for rel_name, (duck_name, key) in COMPARED.items():
+        table = services.models.table(rel_name)
+        with services.models.engine.connect() as c:
+            rel = {tuple(str(r[k]) for k in key): dict(r) for r in c.execute(select(table)).mappings()}
+        cur = con.execute(f"SELECT * FROM {duck_name}")
+        names = [d[0] for d in cur.description]
+        duck = {}
+        for r in cur.fetchall():
+            row = dict(zip(names, r, strict=True))
+            duck[tuple(str(row[k]) for k in key)] = row
+        shared = [n for n in names if n in table.c]
+        assert len(shared) >= len(names) - 2, (duck_name, set(names) - set(shared))
+        out = [("only relational", k) for k in rel.keys() - duck.keys()]
+        out += [("only duckdb", k) for k in duck.keys() - rel.keys()]
+        for k in rel.keys() & duck.keys():
+            for col in shared:
+                a, b = rel[k][col], duck[k][col]
+                if col in BOOLEAN_COLUMNS:
+                    a, b = bool(a), bool(b)
+                if _norm(a) != _norm(b):
+                    out.append((col, k, a, b))
+        if out:
+            found[duck_name] = sorted(out, key=str)
+    return found
+
+
+def test_duckdb_equals_relational_rows_after_jobs_commands_and_a_failed_run(
+    services: Services,
+) -> None:
+    import io
+    from datetime import UTC, datetime
+    from uuid import UUID
+
+    from api.jobs import run_jobs
+    from ledger.agent_runner import run_agent
+    from ledger.commands import run_command
+
+    # every fixture but the recording the run below replays
+    recording = FIXTURES / "claude_code-elixir-stream-json" / "read_file.jsonl"
+    paths = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix != ".md")
+    import_paths(services.ledger, [p for p in paths if p != recording])
+    # a `hookledger run` whose stream is cut before its result line and that exits 3:
+    # RunEnded(failed) ends the session and its open batch
+    fake = Path(__file__).parent / "tools" / "fake_agent.py"
+    outcome = run_agent(
+        services.ledger, [sys.executable, str(fake), str(recording), "--cut", "--exit", "3"],
+        out=io.BytesIO(), prompt="read the file",
+    )
+    assert outcome.outcome == "failed"
+    services.runner.catch_up()
+    # an operator terminates a live session: CommandApplied into an ended state
+    s = services.models.table("sessions")
+    with services.models.engine.connect() as c:
+        live = c.execute(
+            select(s.c.id).where(s.c.ended_at.is_(None), s.c.status == "ACTIVE").order_by(s.c.id)
+        ).scalars().first()
+    assert live is not None
+    run_command(services.ledger, UUID(live), "terminate", "t1", datetime.now(UTC))
+    # the liveness jobs (the wall clock: long after the recordings): idle batches closed,
+    # unbatched activity attached (recovery batches), sessions timed out and archived
+    report = run_jobs(services)
+    for rule in ("idle_batch", "unbatched_activity", "idle_session", "archive_after"):
+        assert report.decisions.get(rule, 0) > 0, rule
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    try:
+        found = differences(services, con)
+        assert found == {}, {t: (Counter(d[0] for d in diffs), diffs[:3]) for t, diffs in found.items()}
+        # the cases the jobs and the run decide are there, not only agreeing empties
+        reasons = dict(con.execute(
+            "SELECT end_reason, count(*) FROM prompt_batches GROUP BY 1").fetchall())
+        assert reasons.get("idle_timeout") and reasons.get("recovery") and reasons.get("run_failed")
+        assert con.execute(
+            "SELECT count(*) FROM sessions WHERE ended_at IS NOT NULL").fetchone()[0] > 10
+    finally:
+        con.close()
+
+
+def test_a_file_of_an_older_schema_is_rebuilt(services: Services) -> None:
+    import_paths(services.ledger, [AGENTCMD])
+    data = services.settings.data_dir
+    catch_up(services.ledger, data)
+    with writer_lock(data):  # what a version without the lifecycle columns left behind
+        con = open_writer(data)
+        con.execute("DELETE FROM analytics_meta WHERE key = 'schema_version'")
+        con.execute("ALTER TABLE events DROP COLUMN measured_from")
+        con.execute("UPDATE sessions SET cost_usd = 0")
+        con.close()
+    assert catch_up(services.ledger, data) == services.ledger.max_position()  # replayed
+    with writer_lock(data):
+        con = open_writer(data)
+        assert "measured_from" in {d[0] for d in con.execute("SELECT * FROM events").description}
+        assert con.execute("SELECT sum(cost_usd) FROM sessions").fetchone()[0] > 0
+        con.close()
+
+
 def test_calls_that_never_finished_have_no_duration(services: Services) -> None:
     import statistics
 

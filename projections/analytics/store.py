@@ -54,7 +54,10 @@ CREATE TABLE IF NOT EXISTS events (
     duration_ms BIGINT, interrupted BOOLEAN,
     prompt_kind VARCHAR, prompt_text VARCHAR, reason VARCHAR,
     external_id VARCHAR, parent_id UUID, agent_type VARCHAR, cwd VARCHAR,
-    parent_tool_use_id VARCHAR, cost_usd DOUBLE  -- CostReported: the agent's own figure
+    parent_tool_use_id VARCHAR, cost_usd DOUBLE,  -- CostReported: the agent's own figure
+    -- lifecycle: liveness jobs (BatchClosed, TimedOut, ActivitiesAttached), commands, runs
+    measured_from TIMESTAMP, recovery BOOLEAN, tool_use_ids VARCHAR[], tool_errors INTEGER,
+    first_activity_at TIMESTAMP, to_status VARCHAR, outcome VARCHAR
 );
 CREATE TABLE IF NOT EXISTS model_prices (
     model VARCHAR PRIMARY KEY,         -- the name as the usage records give it
@@ -95,6 +98,11 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 """
 
+SCHEMA_VERSION = 2
+"""Version of :data:`DDL` and of the SQL in ``extract.py`` (``analytics_meta``
+``schema_version``); a file with another version is rebuilt (:func:`open_writer`).
+1 (no ``schema_version`` row): before the lifecycle columns of ``events``."""
+
 READ_MODEL_TABLES = ("events", "usage", "tool_calls", "prompt_batches", "sessions")
 
 
@@ -133,15 +141,41 @@ def writer_lock(data_dir: Path) -> Iterator[None]:
 
 
 def open_writer(data_dir: Path) -> Any:
-    """Open (creating) the writer's file with the schema. Call under :func:`writer_lock`."""
+    """Open (creating) the writer's file with the schema. Call under :func:`writer_lock`.
+
+    A file written with another :data:`SCHEMA_VERSION` (an older hookledger) is deleted
+    first: the next catch-up replays the log into the current schema.
+    """
     import duckdb
 
     con = duckdb.connect(str(analytics_path(data_dir)))
+    if _meta(con, "schema_version") != str(SCHEMA_VERSION) and _has_tables(con):
+        con.close()
+        remove_all(data_dir)
+        con = duckdb.connect(str(analytics_path(data_dir)))
     con.execute(DDL)
     con.execute(
         "INSERT INTO analytics_tracking VALUES (?, 0) ON CONFLICT DO NOTHING", [TRACKING_NAME]
     )
+    con.execute(
+        "INSERT OR REPLACE INTO analytics_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+    )
     return con
+
+
+def _has_tables(con: Any) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables()").fetchone()[0])
+
+
+def _meta(con: Any, key: str) -> str | None:
+    """A value of ``analytics_meta`` (None: no such key, or no such table yet)."""
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'analytics_meta'"
+    ).fetchone()[0]
+    if not found:
+        return None
+    row = con.execute("SELECT value FROM analytics_meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
 
 
 def publish(data_dir: Path, position: int) -> Path:
