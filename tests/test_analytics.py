@@ -486,3 +486,42 @@ def test_calls_that_never_finished_have_no_duration(services: Services) -> None:
         assert row["timed_calls"] == len(timed), row
         assert row["p50_ms"] == (round(statistics.median(timed), 1) if timed else None), row
     con.close()
+
+
+def test_long_context_responses_are_priced_at_the_long_context_rates(
+    services: Services, tmp_path: Path
+) -> None:
+    from projections import pricing
+
+    # a real transcript, its model set to one with a long-context tier (Sonnet 4 above
+    # 200k prompt tokens) and one response's prompt pushed over that threshold
+    model = "claude-sonnet-4-20250514"
+    price = pricing.price_for(model)
+    assert price is not None and price.above is not None and price.above_tokens is not None
+    src = AGENTCMD / "full-session-two.jsonl"
+    lines, pushed = [], None
+    for line in src.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        msg = rec.get("message")
+        if isinstance(msg, dict) and isinstance(msg.get("usage"), dict):
+            msg["model"] = model
+            pushed = pushed or msg["id"]
+            if msg["id"] == pushed:  # every record of the first response (the last wins)
+                msg["usage"]["cache_read_input_tokens"] += price.above_tokens
+        lines.append(json.dumps(rec))
+    assert pushed
+    (tmp_path / "long.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    import_paths(services.ledger, [tmp_path / "long.jsonl"])
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    rows = con.execute(
+        "SELECT model, input_tokens, output_tokens, cache_creation_input_tokens, "
+        "cache_read_input_tokens, cost_usd FROM usage").fetchall()
+    long = [r for r in rows if r[1] + r[3] + r[4] > price.above_tokens]
+    assert long and len(long) < len(rows)
+    for r in rows:
+        assert r[5] == pytest.approx(pricing.cost_usd(r[0], r[1], r[2], r[3], r[4]), rel=1e-12)
+    found = differences(services, con)
+    assert found == {}, found
+    con.close()

@@ -147,7 +147,14 @@ LEFT JOIN sessions x ON x.id = s.stream_id
 
 _EV = "events WHERE position >= $lo AND stream_id IN (SELECT id FROM touched)"
 _AT = "coalesce(occurred_at, recorded_at)"
-_PRICE = """CASE WHEN p.priced THEN (u.input_tokens * p.input + u.output_tokens * p.output
+_LONG = """p.above_tokens IS NOT NULL AND u.input_tokens + u.cache_read_input_tokens
+    + u.cache_creation_input_tokens > p.above_tokens"""
+# USD of one response: its own rates, or the long-context ones (projections/pricing.py)
+_PRICE = f"""CASE WHEN p.priced AND {_LONG} THEN (u.input_tokens * p.above_input
+    + u.output_tokens * p.above_output
+    + u.cache_read_input_tokens * coalesce(p.above_cache_read, p.above_input)
+    + u.cache_creation_input_tokens * coalesce(p.above_cache_write, p.above_input)) / 1e6
+    WHEN p.priced THEN (u.input_tokens * p.input + u.output_tokens * p.output
     + u.cache_read_input_tokens * coalesce(p.cache_read, p.input)
     + u.cache_creation_input_tokens * coalesce(p.cache_write, p.input)) / 1e6 END"""
 
@@ -401,11 +408,27 @@ def price_rows(models: list[str]) -> list[tuple[Any, ...]]:
     """``model_prices`` rows from the bundled price table (:mod:`projections.pricing`)."""
     from projections.pricing import price_for
 
-    out = []
+    out: list[tuple[Any, ...]] = []
     for m in models:
         p = price_for(m)
         if p is None:
-            out.append((m, False, None, None, None, None))
-        else:
-            out.append((m, True, p.input, p.output, p.cache_read, p.cache_write))
+            out.append((m, False, *[None] * (len(PRICE_COLUMNS) - 2)))
+            continue
+        above = p.above if p.above_tokens is not None else None
+        out.append((
+            m, True, p.input, p.output, p.cache_read, p.cache_write,
+            p.above_tokens if above else None,
+            *((above.input, above.output, above.cache_read, above.cache_write)
+              if above else (None,) * 4),
+        ))
     return out
+
+
+PRICE_COLUMNS = (
+    "model", "priced", "input", "output", "cache_read", "cache_write", "above_tokens",
+    "above_input", "above_output", "above_cache_read", "above_cache_write",
+)
+INSERT_PRICES = (
+    f"INSERT INTO model_prices ({', '.join(PRICE_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(PRICE_COLUMNS))})"
+)

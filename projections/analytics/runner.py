@@ -163,9 +163,7 @@ def _derive(con: Any, after: int) -> None:
     """Recompute the derived tables of the sessions with events after ``after``."""
     models = extract.new_models(con, after)
     if models:
-        con.executemany(
-            "INSERT INTO model_prices VALUES (?, ?, ?, ?, ?, ?)", extract.price_rows(models)
-        )
+        con.executemany(extract.INSERT_PRICES, extract.price_rows(models))
     con.execute(extract.TOUCHED, {"after": after})
     _recompute(con)
 
@@ -194,9 +192,7 @@ def _refresh_prices(con: Any) -> None:
             "SELECT DISTINCT model FROM events WHERE kind = 'UsageRecorded' AND model IS NOT NULL"
         ).fetchall()]
         if models:
-            con.executemany(
-                "INSERT INTO model_prices VALUES (?, ?, ?, ?, ?, ?)", extract.price_rows(models)
-            )
+            con.executemany(extract.INSERT_PRICES, extract.price_rows(models))
         con.execute(
             "CREATE OR REPLACE TEMP TABLE touched AS "
             "SELECT id, 0::BIGINT AS lo FROM sessions"

@@ -62,7 +62,11 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS model_prices (
     model VARCHAR PRIMARY KEY,         -- the name as the usage records give it
     priced BOOLEAN NOT NULL,
-    input DOUBLE, output DOUBLE, cache_read DOUBLE, cache_write DOUBLE  -- USD / MTok
+    input DOUBLE, output DOUBLE, cache_read DOUBLE, cache_write DOUBLE,  -- USD / MTok
+    -- long-context rates: a request whose prompt (input + cache read + cache write
+    -- tokens) exceeds above_tokens is charged at these, all of it (projections/pricing.py)
+    above_tokens BIGINT, above_input DOUBLE, above_output DOUBLE,
+    above_cache_read DOUBLE, above_cache_write DOUBLE
 );
 CREATE TABLE IF NOT EXISTS usage (
     session_id UUID NOT NULL, message_id VARCHAR NOT NULL, model VARCHAR,
@@ -98,10 +102,11 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of :data:`DDL` and of the SQL in ``extract.py`` (``analytics_meta``
 ``schema_version``); a file with another version is rebuilt (:func:`open_writer`).
-1 (no ``schema_version`` row): before the lifecycle columns of ``events``."""
+1 (no ``schema_version`` row): before the lifecycle columns of ``events``; 2: before the
+long-context rates of ``model_prices``."""
 
 READ_MODEL_TABLES = ("events", "usage", "tool_calls", "prompt_batches", "sessions")
 
