@@ -525,3 +525,51 @@ def test_long_context_responses_are_priced_at_the_long_context_rates(
     found = differences(services, con)
     assert found == {}, found
     con.close()
+
+
+def test_readers_see_a_rebuilt_or_repriced_model_at_the_same_position(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import copy
+
+    import duckdb
+
+    from projections import pricing
+    from projections.analytics.store import snapshots
+
+    import_paths(services.ledger, [AGENTCMD])
+    data = services.settings.data_dir
+    catch_up(services.ledger, data)
+    con = open_snapshot(data)
+    cost = con.execute("SELECT sum(cost_usd) FROM usage").fetchone()[0]
+    con.close()
+    assert cost > 0
+    # a snapshot with wrong rows (as an older, buggy version wrote them): a rebuild at
+    # the same log position replaces it for new readers
+    w = duckdb.connect(str(snapshots(data)[-1][1]))
+    w.execute("UPDATE usage SET cost_usd = 0")
+    w.close()
+    rebuild(services.ledger, data)
+    con = open_snapshot(data)
+    assert con.execute("SELECT sum(cost_usd) FROM usage").fetchone()[0] == pytest.approx(cost)
+    con.close()
+    # a new bundled price table (doubled prices) re-prices the model: readers see it
+    table = copy.deepcopy(pricing.table())
+    table["version"] = "test-doubled@2099-01-01"
+    for m in table["models"].values():
+        for k in ("input", "output", "cache_read", "cache_write"):
+            if m.get(k) is not None:
+                m[k] *= 2
+    for cached in (pricing.table, pricing._prices, pricing.price_for):
+        cached.cache_clear()
+    monkeypatch.setattr(pricing, "table", lambda: table)
+    try:
+        assert catch_up(services.ledger, data) == 0  # the log did not move
+        con = open_snapshot(data)
+        assert con.execute("SELECT sum(cost_usd) FROM usage").fetchone()[0] == pytest.approx(
+            2 * cost)
+        con.close()
+    finally:
+        monkeypatch.undo()
+        for cached in (pricing._prices, pricing.price_for):
+            cached.cache_clear()

@@ -23,6 +23,8 @@ from ledger.app import Ledger
 from projections.analytics import extract
 from projections.analytics.store import (
     TRACKING_NAME,
+    generation,
+    next_generation,
     open_writer,
     publish,
     remove_all,
@@ -68,12 +70,12 @@ def catch_up(
         try:
             _refresh_prices(con)
             applied = _apply(con, ledger, stop, max_sections, section, after_section)
-            pos = position(con)
+            pos, gen = position(con), generation(con)
             con.execute("CHECKPOINT")
         finally:
             con.close()
         if publish_snapshot:
-            publish(data_dir, pos)
+            publish(data_dir, pos, gen)
     return applied
 
 
@@ -201,6 +203,8 @@ def _refresh_prices(con: Any) -> None:
         con.execute(
             "INSERT OR REPLACE INTO analytics_meta VALUES ('price_table_version', ?)", [version]
         )
+        if found:  # costs changed at the same position: readers need a new snapshot
+            next_generation(con)
         con.commit()
     except BaseException:
         con.rollback()

@@ -4,8 +4,9 @@ Layout under the data directory (see docs/analytics.md for why):
 
 * ``analytics.duckdb`` — written by exactly one process at a time: whoever catches up
   holds an exclusive ``flock`` on ``analytics.lock`` while the file is open.
-* ``analytics-snapshots/analytics-<position>.duckdb`` — a copy of the writer's file
-  published after each catch-up that moved the position (copied to a temporary name,
+* ``analytics-snapshots/analytics-<generation>-<position>.duckdb`` — a copy of the
+  writer's file published after each catch-up that changed it: moved the position, or
+  replaced rows under a new generation (rebuild, re-pricing) (copied to a temporary name,
   then renamed into place). Readers open the newest one ``read_only``; they never open
   the writer's file, so a reader never blocks the writer and the writer never breaks
   a reader (a rename leaves an open snapshot's inode alive).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,13 +122,40 @@ def snapshot_dir(data_dir: Path) -> Path:
     return Path(data_dir) / SNAPSHOT_DIR
 
 
+_SNAPSHOT_NAME = re.compile(r"^analytics-(?:(\d+)-)?(\d+)\.duckdb$")
+
+
 def snapshots(data_dir: Path) -> list[tuple[int, Path]]:
-    """Published snapshots as (position, path), oldest first."""
+    """Published snapshots as (position, path), oldest first: ordered by generation,
+    then position (a rebuilt or re-priced model is newer at the same position). A name
+    without a generation (``analytics-<position>.duckdb``, older versions) is the oldest."""
     found = []
     for p in snapshot_dir(data_dir).glob("analytics-*.duckdb"):
-        with contextlib.suppress(ValueError):
-            found.append((int(p.stem.removeprefix("analytics-")), p))
-    return sorted(found)
+        if m := _SNAPSHOT_NAME.match(p.name):
+            found.append(((int(m[1]) if m[1] else -1, int(m[2])), p))
+    return [(key[1], p) for key, p in sorted(found)]
+
+
+def _published_generation(data_dir: Path) -> int:
+    """The highest generation among the published snapshots (0: none)."""
+    best = 0
+    for p in snapshot_dir(data_dir).glob("analytics-*.duckdb"):
+        if (m := _SNAPSHOT_NAME.match(p.name)) and m[1]:
+            best = max(best, int(m[1]))
+    return best
+
+
+def generation(con: Any) -> int:
+    """The content generation of the writer's file behind ``con`` (``analytics_meta``)."""
+    return int(_meta(con, "generation") or 0)
+
+
+def next_generation(con: Any) -> int:
+    """Give the file behind ``con`` a new generation (call in the transaction that
+    changes its rows without moving its position, e.g. a re-pricing)."""
+    new = generation(con) + 1
+    con.execute("INSERT OR REPLACE INTO analytics_meta VALUES ('generation', ?)", [str(new)])
+    return new
 
 
 @contextlib.contextmanager
@@ -165,6 +194,11 @@ def open_writer(data_dir: Path) -> Any:
     con.execute(
         "INSERT OR REPLACE INTO analytics_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
     )
+    if _meta(con, "generation") is None:  # a new file: newer than anything published
+        con.execute(
+            "INSERT INTO analytics_meta VALUES ('generation', ?)",
+            [str(_published_generation(data_dir) + 1)],
+        )
     return con
 
 
@@ -183,14 +217,19 @@ def _meta(con: Any, key: str) -> str | None:
     return row[0] if row else None
 
 
-def publish(data_dir: Path, position: int) -> Path:
-    """Copy the (closed, checkpointed) writer's file to ``analytics-<position>.duckdb``.
+def publish(data_dir: Path, position: int, generation: int) -> Path:
+    """Copy the (closed, checkpointed) writer's file to
+    ``analytics-<generation>-<position>.duckdb``.
+
+    The generation changes whenever the file's rows change without its position
+    moving (a new file after a rebuild or schema upgrade, a re-pricing), so readers see
+    that too; an unchanged file (same generation and position) is not copied again.
 
     Call under :func:`writer_lock` after closing the writer's connection. Keeps the
     newest :data:`KEEP_SNAPSHOTS` snapshots; older ones are unlinked (a reader that
     still has one open keeps reading it: the inode lives until it is closed).
     """
-    target = snapshot_dir(data_dir) / f"analytics-{position:012d}.duckdb"
+    target = snapshot_dir(data_dir) / f"analytics-{generation:06d}-{position:012d}.duckdb"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
