@@ -573,3 +573,23 @@ def test_readers_see_a_rebuilt_or_repriced_model_at_the_same_position(
         monkeypatch.undo()
         for cached in (pricing._prices, pricing.price_for):
             cached.cache_clear()
+
+
+def test_one_data_dir_used_with_two_event_stores_never_mixes_them(
+    services: Services, other_settings: Settings, tmp_path: Path
+) -> None:
+    from api.bootstrap import build
+
+    other = build(other_settings)
+    try:
+        import_paths(services.ledger, [AGENTCMD])
+        import_paths(other.ledger, [SPOTTER])
+        shared = tmp_path / "shared-data-dir"  # e.g. the platform default, two schemas
+        for ledger in (services.ledger, other.ledger, services.ledger):
+            catch_up(ledger, shared)
+            con = open_snapshot(shared)
+            assert con.execute("SELECT count(*), max(position) FROM events").fetchone() == (
+                ledger.max_position(), ledger.max_position())
+            con.close()
+    finally:
+        other.close()

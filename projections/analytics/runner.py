@@ -66,7 +66,7 @@ def catch_up(
     Raises whatever the store or DuckDB raises; committed sections stay committed.
     """
     with writer_lock(data_dir):
-        con = open_writer(data_dir)
+        con = open_writer(data_dir, store=store_identity(ledger, data_dir))
         try:
             _refresh_prices(con)
             applied = _apply(con, ledger, stop, max_sections, section, after_section)
@@ -77,6 +77,24 @@ def catch_up(
         if publish_snapshot:
             publish(data_dir, pos, gen)
     return applied
+
+
+def store_identity(ledger: Ledger, data_dir: Path) -> str:
+    """Names the event store ``ledger`` reads, in the form of
+    :meth:`ledger.config.Settings.store_identity`: ``sqlite:events.db`` for the data
+    directory's own file (else ``sqlite:<absolute path>``), or the PostgreSQL server,
+    database and schema."""
+    env = ledger.env
+    if "postgres" in (env.get("PERSISTENCE_MODULE") or ""):
+        return (
+            f"postgresql://{env.get('POSTGRES_HOST') or '127.0.0.1'}:"
+            f"{env.get('POSTGRES_PORT') or 5432}/{env.get('POSTGRES_DBNAME') or 'postgres'}"
+            f"?schema={env.get('POSTGRES_SCHEMA') or 'public'}"
+        )
+    db = Path(env.get("SQLITE_DBNAME") or "").resolve()
+    if db.parent == Path(data_dir).resolve():
+        return f"sqlite:{db.name}"
+    return f"sqlite:{db}"
 
 
 def rebuild(ledger: Ledger, data_dir: Path, *, section: int = SECTION) -> int:

@@ -174,16 +174,19 @@ def writer_lock(data_dir: Path) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def open_writer(data_dir: Path) -> Any:
+def open_writer(data_dir: Path, store: str | None = None) -> Any:
     """Open (creating) the writer's file with the schema. Call under :func:`writer_lock`.
 
-    A file written with another :data:`SCHEMA_VERSION` (an older hookledger) is deleted
-    first: the next catch-up replays the log into the current schema.
+    A file written with another :data:`SCHEMA_VERSION` (an older hookledger), or from
+    another event store than ``store`` (its identity, kept in ``analytics_meta``: two
+    PostgreSQL schemas used with one data directory), is deleted first: the next
+    catch-up replays this store's log into the current schema.
     """
     import duckdb
 
     con = duckdb.connect(str(analytics_path(data_dir)))
-    if _meta(con, "schema_version") != str(SCHEMA_VERSION) and _has_tables(con):
+    other_store = store is not None and _meta(con, "store") not in (None, store)
+    if other_store or (_meta(con, "schema_version") != str(SCHEMA_VERSION) and _has_tables(con)):
         con.close()
         remove_all(data_dir)
         con = duckdb.connect(str(analytics_path(data_dir)))
@@ -194,6 +197,8 @@ def open_writer(data_dir: Path) -> Any:
     con.execute(
         "INSERT OR REPLACE INTO analytics_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
     )
+    if store is not None:
+        con.execute("INSERT OR REPLACE INTO analytics_meta VALUES ('store', ?)", [store])
     if _meta(con, "generation") is None:  # a new file: newer than anything published
         con.execute(
             "INSERT INTO analytics_meta VALUES ('generation', ?)",
