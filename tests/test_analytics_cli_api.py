@@ -94,3 +94,17 @@ def test_http_named_queries(settings: Settings) -> None:
         assert [r["calls"] for r in rows if r["tool_name"] == "ZzzProbe"] == [1]
     finally:
         srv.stop()
+
+
+def test_time_zone_aware_results(settings: Settings) -> None:
+    import tomllib
+
+    # DuckDB's Python client needs pytz for any TIMESTAMPTZ value: it is a dependency
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert any(d.split(">")[0].split("=")[0].strip() == "pytz"
+               for d in project["project"]["dependencies"])
+    cli(settings, "import", str(AGENTCMD))
+    q = "SELECT max(occurred_at)::TIMESTAMPTZ AS last, now() AS now FROM events"
+    for fmt in ("table", "csv", "json"):
+        out = cli(settings, "sql", q, "--format", fmt)
+        assert b"2026" in out.stdout or b"2025" in out.stdout, out
