@@ -8,6 +8,7 @@ fails with DuckDB's read-only error and changes nothing.
 from __future__ import annotations
 
 import csv
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,9 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
     try:
         if fmt == "json":
             data = [dict(zip(columns, map(json_value, r), strict=True)) for r in rows]
-            if out:
-                import json
-
-                json.dump(data, out, indent=2, ensure_ascii=False)
-            else:
-                dump(data)
+            # strict JSON: json_value maps NaN and infinities to null
+            text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+            click.echo(text, file=out)
         elif fmt == "csv":
             w = csv.writer(out or sys.stdout)
             w.writerow(columns)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 import pyarrow.parquet as pq
 
 from ledger.config import Settings
@@ -108,3 +109,22 @@ def test_time_zone_aware_results(settings: Settings) -> None:
     for fmt in ("table", "csv", "json"):
         out = cli(settings, "sql", q, "--format", fmt)
         assert b"2026" in out.stdout or b"2025" in out.stdout, out
+
+
+def test_sql_json_of_nested_and_special_values(settings: Settings) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    q = """SELECT session_id, list(tool_name ORDER BY started_at) AS tools,
+                  list(started_at ORDER BY started_at)[1:2] AS starts,
+                  {'id': any_value(session_id), 'n': count(*)} AS s,
+                  MAP {'calls': count(*)} AS m,
+                  TIME '12:00:01.5' AS t, '\\x00\\xFFhi'::BLOB AS b,
+                  'NaN'::DOUBLE AS nan, 'inf'::DOUBLE AS inf, '-inf'::FLOAT AS ninf
+           FROM tool_calls GROUP BY 1 ORDER BY 1 LIMIT 1"""
+    text = cli(settings, "sql", q, "--format", "json").stdout.decode()
+    (row,) = json.loads(text, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert row["tools"] and all(isinstance(t, str) for t in row["tools"])
+    assert all(s.endswith("Z") for s in row["starts"])
+    assert row["s"] == {"id": row["session_id"], "n": len(row["tools"])}
+    assert row["m"] == {"calls": len(row["tools"])}
+    assert row["t"] == "12:00:01.500000" and row["b"] == "AP9oaQ=="
+    assert row["nan"] is None and row["inf"] is None and row["ninf"] is None

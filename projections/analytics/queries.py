@@ -10,8 +10,10 @@ bundled price table; tokens of models without a price count as ``unpriced_tokens
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
+import math
 import uuid
 from typing import Any
 
@@ -161,17 +163,29 @@ def run_query(
 
 
 def json_value(value: Any) -> Any:
-    """A DuckDB value as JSON-ready Python (times ISO-8601 UTC with ``Z``)."""
+    """A DuckDB value as JSON-ready Python, nested values (lists, structs, maps) too:
+    times ISO-8601 (UTC with ``Z`` when naive), ``TIME`` ``HH:MM:SS[.ffffff]``, intervals
+    seconds, ``BLOB`` base64, NaN and infinities None (JSON has no such numbers)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, dt.datetime):
         return value.isoformat(timespec="milliseconds") + ("Z" if value.tzinfo is None else "")
-    if isinstance(value, dt.date):
+    if isinstance(value, dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
-        return float(value)
+        return float(value) if value.is_finite() else None
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {str(json_value(k)): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
     return value
 
 
