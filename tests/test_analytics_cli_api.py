@@ -65,6 +65,7 @@ def test_analytics_command(settings: Settings) -> None:
 def test_http_named_queries(settings: Settings) -> None:
     cli(settings, "import", str(AGENTCMD))
     expected = json.loads(cli(settings, "analytics", "error-rate", "--json").stdout)
+    expected_days = json.loads(cli(settings, "analytics", "cost-per-day", "--json").stdout)
     srv = Server(settings).start()
     try:
         listing = httpx.get(srv.url + "/v1/analytics", timeout=30).json()
@@ -77,6 +78,12 @@ def test_http_named_queries(settings: Settings) -> None:
         r = httpx.get(srv.url + "/v1/analytics/cost-per-day", params={"since": "2100-01-01"},
                       timeout=60)
         assert r.status_code == 200 and r.json()["rows"] == []
+        # an offset with an unescaped '+' (decoded to a space) is still that offset
+        latest = max(row["day"] for row in expected_days)
+        for since in (f"{latest}T00:00:00+00:00", f"{latest}T01:00:00%2B01:00"):
+            r = httpx.get(srv.url + f"/v1/analytics/cost-per-day?since={since}", timeout=60)
+            assert r.status_code == 200, r.text
+            assert {row["day"] for row in r.json()["rows"]} == {latest}
         assert httpx.get(srv.url + "/v1/analytics/nope", timeout=30).status_code == 404
         r = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"since": "soon"}, timeout=60)
         assert r.status_code == 400 and "since" in r.json()["error"]

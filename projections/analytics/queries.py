@@ -14,6 +14,7 @@ import base64
 import datetime as dt
 import decimal
 import math
+import re
 import uuid
 from typing import Any
 
@@ -124,9 +125,13 @@ def named_queries() -> dict[str, str]:
     return {name: q[0] for name, q in QUERIES.items()}
 
 
+_SPACE_FOR_PLUS = re.compile(r"^(\d{4}-\d{2}-\d{2}T[\d:.,]+) (\d{2}(?::?\d{2}(?::?\d{2})?)?)$")
+
+
 def parse_since(value: str | dt.datetime | dt.date | None) -> dt.datetime | None:
     """``since`` as a naive UTC datetime. Accepts ``2026-02-11``, ``2026-02-11T21:24:19Z``
-    and offsets. Raises ValueError with the reason for anything else."""
+    and offsets, also a ``+`` offset that a URL query decoded to a space
+    (``2026-02-11T00:00:00 01:00``). Raises ValueError with the reason for anything else."""
     if value is None or value == "":
         return None
     if isinstance(value, dt.datetime):
@@ -134,8 +139,11 @@ def parse_since(value: str | dt.datetime | dt.date | None) -> dt.datetime | None
     elif isinstance(value, dt.date):
         parsed = dt.datetime(value.year, value.month, value.day)
     else:
+        text = value.strip().replace("Z", "+00:00")
+        # an unescaped '+' of an offset in a URL query arrives as a space
+        text = _SPACE_FOR_PLUS.sub(r"\1+\2", text)
         try:
-            parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            parsed = dt.datetime.fromisoformat(text)
         except ValueError:
             raise ValueError(f"since: not an ISO-8601 date or time: {value!r}") from None
     if parsed.tzinfo is not None:
