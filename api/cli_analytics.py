@@ -50,10 +50,17 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
 
     if fmt == "parquet" and output is None:
         raise click.UsageError("--format parquet needs --output FILE")
+    if output is not None and not output.parent.is_dir():
+        raise click.ClickException(f"cannot write {output}: no directory {output.parent}")
     con = _reader(ctx)
     try:
         if fmt == "parquet":
-            con.sql(query).write_parquet(str(output))
+            relation = con.sql(query)
+            if relation is None:  # SET, PRAGMA, …: nothing to write
+                raise click.ClickException(
+                    "--format parquet needs a statement that returns rows (e.g. SELECT)"
+                )
+            relation.write_parquet(str(output))
             click.echo(f"wrote {output}", err=True)
             return
         cur = con.execute(query)
@@ -61,7 +68,10 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
         rows = cur.fetchall() if columns else []
     except duckdb.Error as e:
         raise click.ClickException(str(e)) from None
-    out = output.open("w", encoding="utf-8", newline="") if output else None
+    try:
+        out = output.open("w", encoding="utf-8", newline="") if output else None
+    except OSError as e:
+        raise click.ClickException(f"cannot write {output}: {e.strerror}") from None
     try:
         if fmt == "json":
             data = [dict(zip(columns, map(json_value, r), strict=True)) for r in rows]

@@ -135,3 +135,16 @@ def test_sql_json_of_nested_and_special_values(settings: Settings) -> None:
     assert row["m"] == {"calls": len(row["tools"])}
     assert row["t"] == "12:00:01.500000" and row["b"] == "AP9oaQ=="
     assert row["nan"] is None and row["inf"] is None and row["ninf"] is None
+
+
+def test_sql_output_errors_are_clear(settings: Settings, tmp_path: Path) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    target = tmp_path / "x.parquet"
+    r = cli(settings, "sql", "SET threads = 2", "--format", "parquet", "--output", str(target),
+            check=False)
+    assert r.returncode == 1 and b"returns rows" in r.stderr and b"Traceback" not in r.stderr
+    missing = tmp_path / "missing-dir" / "x.csv"
+    r = cli(settings, "sql", "SELECT 1 AS x", "--format", "csv", "--output", str(missing),
+            check=False)
+    assert r.returncode == 1 and b"no directory" in r.stderr and b"Traceback" not in r.stderr
+    assert not target.exists() and not missing.exists()
