@@ -81,13 +81,25 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
         elif fmt == "csv":
             w = csv.writer(out or sys.stdout)
             w.writerow(columns)
-            w.writerows([[json_value(v) for v in r] for r in rows])
+            w.writerows([[_csv_cell(v) for v in r] for r in rows])
         else:
             text = _table(columns, rows)
             click.echo(text, file=out)
     finally:
         if out:
             out.close()
+
+
+def _csv_cell(value: Any) -> Any:
+    """A CSV cell: booleans ``true``/``false``, lists and structs as JSON, NULL empty."""
+    from projections.analytics.queries import json_value
+
+    value = json_value(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return value
 
 
 def _table(columns: list[str], rows: list[tuple[Any, ...]]) -> str:

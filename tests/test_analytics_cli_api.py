@@ -148,3 +148,18 @@ def test_sql_output_errors_are_clear(settings: Settings, tmp_path: Path) -> None
             check=False)
     assert r.returncode == 1 and b"no directory" in r.stderr and b"Traceback" not in r.stderr
     assert not target.exists() and not missing.exists()
+
+
+def test_sql_csv_of_nested_values_and_booleans(settings: Settings) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    q = """SELECT [1, 2] AS l, {'a': 'x', 'at': max(started_at)} AS s, true AS yes,
+                  false AS no, NULL AS nothing, list(DISTINCT tool_name ORDER BY tool_name)[1:2]
+                  AS tools FROM tool_calls"""
+    out = cli(settings, "sql", q, "--format", "csv").stdout.decode()
+    header, row = list(csv.reader(io.StringIO(out)))
+    assert header == ["l", "s", "yes", "no", "nothing", "tools"]
+    assert json.loads(row[0]) == [1, 2]
+    s = json.loads(row[1])
+    assert s["a"] == "x" and s["at"].endswith("Z")
+    assert row[2:5] == ["true", "false", ""]
+    assert len(json.loads(row[5])) == 2
