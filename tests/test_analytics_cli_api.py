@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import httpx
-import pytest
 import pyarrow.parquet as pq
+import pytest
 
 from ledger.config import Settings
 
