@@ -287,6 +287,17 @@ def test_readers_cannot_write(services: Services) -> None:
     assert analytics_path(services.settings.data_dir).exists()
 
 
+def test_the_sql_constants_agree_with_the_code() -> None:
+    from ledger.lifecycle import ENDED_STATES
+    from projections.analytics import extract
+
+    assert extract._ENDED_STATES == "(" + ", ".join(sorted(f"'{s}'" for s in ENDED_STATES)) + ")"
+    assert extract.INSERT_PRICES.count("?") == len(extract.PRICE_COLUMNS)
+    assert f"({', '.join(extract.PRICE_COLUMNS)})" in extract.INSERT_PRICES
+    assert all(len(r) == len(extract.PRICE_COLUMNS)
+               for r in extract.price_rows(["claude-sonnet-4", "no-such-model"]))
+
+
 def test_every_event_class_is_at_version_one() -> None:
     # The SQL extraction reads stored JSON directly (projections/analytics/extract.py):
     # an upcast (class_version 2) must be mirrored there before this is changed.

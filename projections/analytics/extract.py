@@ -28,7 +28,6 @@ from typing import Any
 import pyarrow as pa
 
 from ledger.envelope import RAW_SEPARATOR
-from ledger.lifecycle import ENDED_STATES
 
 # (column, JSON path, SQL type) of the fields read from each stored event.
 FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -158,7 +157,8 @@ _PRICE = f"""CASE WHEN p.priced AND {_LONG} THEN (u.input_tokens * p.above_input
     + u.cache_read_input_tokens * coalesce(p.cache_read, p.input)
     + u.cache_creation_input_tokens * coalesce(p.cache_write, p.input)) / 1e6 END"""
 
-_ENDED_STATES = "(" + ", ".join(sorted(f"'{s.value}'" for s in ENDED_STATES)) + ")"
+_ENDED_STATES = "('ARCHIVED', 'COMPLETED', 'FAILED', 'TERMINATED')"
+"""ledger.lifecycle.ENDED_STATES as SQL (tests/test_analytics.py checks they agree)."""
 
 RECOMPUTE = [
     "DELETE FROM usage WHERE session_id IN (SELECT id FROM touched)",
@@ -429,6 +429,8 @@ PRICE_COLUMNS = (
     "above_input", "above_output", "above_cache_read", "above_cache_write",
 )
 INSERT_PRICES = (
-    f"INSERT INTO model_prices ({', '.join(PRICE_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(PRICE_COLUMNS))})"
+    "INSERT INTO model_prices (model, priced, input, output, cache_read, cache_write, "
+    "above_tokens, above_input, above_output, above_cache_read, above_cache_write) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+"""Inserts :func:`price_rows` (one ``?`` per :data:`PRICE_COLUMNS`)."""
