@@ -291,7 +291,7 @@ def test_the_sql_constants_agree_with_the_code() -> None:
     from ledger.lifecycle import ENDED_STATES
     from projections.analytics import extract
 
-    assert extract._ENDED_STATES == "(" + ", ".join(sorted(f"'{s}'" for s in ENDED_STATES)) + ")"
+    assert "(" + ", ".join(sorted(f"'{s}'" for s in ENDED_STATES)) + ")" == extract._ENDED_STATES
     assert extract.INSERT_PRICES.count("?") == len(extract.PRICE_COLUMNS)
     assert f"({', '.join(extract.PRICE_COLUMNS)})" in extract.INSERT_PRICES
     assert all(len(r) == len(extract.PRICE_COLUMNS)
