@@ -8,6 +8,7 @@ fails with DuckDB's read-only error and changes nothing.
 from __future__ import annotations
 
 import csv
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,10 +50,17 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
 
     if fmt == "parquet" and output is None:
         raise click.UsageError("--format parquet needs --output FILE")
+    if output is not None and not output.parent.is_dir():
+        raise click.ClickException(f"cannot write {output}: no directory {output.parent}")
     con = _reader(ctx)
     try:
         if fmt == "parquet":
-            con.sql(query).write_parquet(str(output))
+            relation = con.sql(query)
+            if relation is None:  # SET, PRAGMA, …: nothing to write
+                raise click.ClickException(
+                    "--format parquet needs a statement that returns rows (e.g. SELECT)"
+                )
+            relation.write_parquet(str(output))
             click.echo(f"wrote {output}", err=True)
             return
         cur = con.execute(query)
@@ -60,26 +68,38 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
         rows = cur.fetchall() if columns else []
     except duckdb.Error as e:
         raise click.ClickException(str(e)) from None
-    out = output.open("w", encoding="utf-8", newline="") if output else None
+    try:
+        out = output.open("w", encoding="utf-8", newline="") if output else None
+    except OSError as e:
+        raise click.ClickException(f"cannot write {output}: {e.strerror}") from None
     try:
         if fmt == "json":
             data = [dict(zip(columns, map(json_value, r), strict=True)) for r in rows]
-            if out:
-                import json
-
-                json.dump(data, out, indent=2, ensure_ascii=False)
-            else:
-                dump(data)
+            # strict JSON: json_value maps NaN and infinities to null
+            text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+            click.echo(text, file=out)
         elif fmt == "csv":
             w = csv.writer(out or sys.stdout)
             w.writerow(columns)
-            w.writerows([[json_value(v) for v in r] for r in rows])
+            w.writerows([[_csv_cell(v) for v in r] for r in rows])
         else:
             text = _table(columns, rows)
             click.echo(text, file=out)
     finally:
         if out:
             out.close()
+
+
+def _csv_cell(value: Any) -> Any:
+    """A CSV cell: booleans ``true``/``false``, lists and structs as JSON, NULL empty."""
+    from projections.analytics.queries import json_value
+
+    value = json_value(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return value
 
 
 def _table(columns: list[str], rows: list[tuple[Any, ...]]) -> str:

@@ -287,6 +287,17 @@ def test_readers_cannot_write(services: Services) -> None:
     assert analytics_path(services.settings.data_dir).exists()
 
 
+def test_the_sql_constants_agree_with_the_code() -> None:
+    from ledger.lifecycle import ENDED_STATES
+    from projections.analytics import extract
+
+    assert "(" + ", ".join(sorted(f"'{s}'" for s in ENDED_STATES)) + ")" == extract._ENDED_STATES
+    assert extract.INSERT_PRICES.count("?") == len(extract.PRICE_COLUMNS)
+    assert f"({', '.join(extract.PRICE_COLUMNS)})" in extract.INSERT_PRICES
+    assert all(len(r) == len(extract.PRICE_COLUMNS)
+               for r in extract.price_rows(["claude-sonnet-4", "no-such-model"]))
+
+
 def test_every_event_class_is_at_version_one() -> None:
     # The SQL extraction reads stored JSON directly (projections/analytics/extract.py):
     # an upcast (class_version 2) must be mirrored there before this is changed.
@@ -335,3 +346,261 @@ def test_connect_catches_up_from_a_data_dir(settings: Settings) -> None:
     assert con.execute("SELECT max(position) FROM events").fetchone()[0] == head
     con.close()
     assert os.path.exists(analytics_path(settings.data_dir))
+
+
+def _norm(value: Any) -> Any:
+    """One representation for both stores: times as UTC ISO with milliseconds, floats
+    rounded, booleans as bools, UUIDs as strings."""
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")[:23]
+    if isinstance(value, str) and len(value) >= 20 and value[4] == "-" and value[10] == "T":
+        return value.removesuffix("Z").ljust(23, "0")[:23]
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    return str(value)
+
+
+BOOLEAN_COLUMNS = {"is_error", "interrupted"}
+COMPARED = {  # relational table -> (DuckDB table, key columns)
+    "sessions": ("sessions", ("id",)),
+    "session_usage": ("usage", ("session_id", "message_id")),
+    "tool_calls": ("tool_calls", ("session_id", "tool_use_id")),
+    "prompt_batches": ("prompt_batches", ("session_id", "batch")),
+}
+
+
+def differences(services: Services, con: Any) -> dict[str, list[Any]]:
+    """Every row and every column the relational model and DuckDB share, compared."""
+    found: dict[str, list[Any]] = {}
+    for rel_name, (duck_name, key) in COMPARED.items():
+        table = services.models.table(rel_name)
+        with services.models.engine.connect() as c:
+            rel = {tuple(str(r[k]) for k in key): dict(r) for r in c.execute(select(table)).mappings()}
+        cur = con.execute(f"SELECT * FROM {duck_name}")
+        names = [d[0] for d in cur.description]
+        duck = {}
+        for r in cur.fetchall():
+            row = dict(zip(names, r, strict=True))
+            duck[tuple(str(row[k]) for k in key)] = row
+        shared = [n for n in names if n in table.c]
+        assert len(shared) >= len(names) - 2, (duck_name, set(names) - set(shared))
+        out = [("only relational", k) for k in rel.keys() - duck.keys()]
+        out += [("only duckdb", k) for k in duck.keys() - rel.keys()]
+        for k in rel.keys() & duck.keys():
+            for col in shared:
+                a, b = rel[k][col], duck[k][col]
+                if col in BOOLEAN_COLUMNS:
+                    a, b = bool(a), bool(b)
+                if _norm(a) != _norm(b):
+                    out.append((col, k, a, b))
+        if out:
+            found[duck_name] = sorted(out, key=str)
+    return found
+
+
+def test_duckdb_equals_relational_rows_after_jobs_commands_and_a_failed_run(
+    services: Services,
+) -> None:
+    import io
+    from datetime import UTC, datetime
+    from uuid import UUID
+
+    from api.jobs import run_jobs
+    from ledger.agent_runner import run_agent
+    from ledger.commands import run_command
+
+    # every fixture but the recording the run below replays
+    recording = FIXTURES / "claude_code-elixir-stream-json" / "read_file.jsonl"
+    paths = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix != ".md")
+    import_paths(services.ledger, [p for p in paths if p != recording])
+    # a `hookledger run` whose stream is cut before its result line and that exits 3:
+    # RunEnded(failed) ends the session and its open batch
+    fake = Path(__file__).parent / "tools" / "fake_agent.py"
+    outcome = run_agent(
+        services.ledger, [sys.executable, str(fake), str(recording), "--cut", "--exit", "3"],
+        out=io.BytesIO(), prompt="read the file",
+    )
+    assert outcome.outcome == "failed"
+    services.runner.catch_up()
+    # an operator terminates a live session: CommandApplied into an ended state
+    s = services.models.table("sessions")
+    with services.models.engine.connect() as c:
+        live = c.execute(
+            select(s.c.id).where(s.c.ended_at.is_(None), s.c.status == "ACTIVE").order_by(s.c.id)
+        ).scalars().first()
+    assert live is not None
+    run_command(services.ledger, UUID(live), "terminate", "t1", datetime.now(UTC))
+    # the liveness jobs (the wall clock: long after the recordings): idle batches closed,
+    # unbatched activity attached (recovery batches), sessions timed out and archived
+    report = run_jobs(services)
+    for rule in ("idle_batch", "unbatched_activity", "idle_session", "archive_after"):
+        assert report.decisions.get(rule, 0) > 0, rule
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    try:
+        found = differences(services, con)
+        assert found == {}, {t: (Counter(d[0] for d in diffs), diffs[:3]) for t, diffs in found.items()}
+        # the cases the jobs and the run decide are there, not only agreeing empties
+        reasons = dict(con.execute(
+            "SELECT end_reason, count(*) FROM prompt_batches GROUP BY 1").fetchall())
+        assert reasons.get("idle_timeout") and reasons.get("recovery") and reasons.get("run_failed")
+        assert con.execute(
+            "SELECT count(*) FROM sessions WHERE ended_at IS NOT NULL").fetchone()[0] > 10
+    finally:
+        con.close()
+
+
+def test_a_file_of_an_older_schema_is_rebuilt(services: Services) -> None:
+    import_paths(services.ledger, [AGENTCMD])
+    data = services.settings.data_dir
+    catch_up(services.ledger, data)
+    with writer_lock(data):  # what a version without the lifecycle columns left behind
+        con = open_writer(data)
+        con.execute("DELETE FROM analytics_meta WHERE key = 'schema_version'")
+        con.execute("ALTER TABLE events DROP COLUMN measured_from")
+        con.execute("UPDATE sessions SET cost_usd = 0")
+        con.close()
+    assert catch_up(services.ledger, data) == services.ledger.max_position()  # replayed
+    with writer_lock(data):
+        con = open_writer(data)
+        assert "measured_from" in {d[0] for d in con.execute("SELECT * FROM events").description}
+        assert con.execute("SELECT sum(cost_usd) FROM sessions").fetchone()[0] > 0
+        con.close()
+
+
+def test_calls_that_never_finished_have_no_duration(services: Services) -> None:
+    import statistics
+
+    import_paths(services.ledger, [AGENTCMD])  # real transcripts with calls left open
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    open_calls = con.execute(
+        "SELECT count(*), count(duration_ms) FROM tool_calls WHERE completed_at IS NULL"
+    ).fetchone()
+    assert open_calls[0] > 0 and open_calls[1] == 0
+    # tool-usage times the finished calls only, as the relational tool_calls has them
+    t = services.models.table("tool_calls")
+    with services.models.engine.connect() as c:
+        durations: dict[str, list[int]] = {}
+        for name, ms in c.execute(select(t.c.tool_name, t.c.duration_ms)):
+            durations.setdefault(name, [])
+            if ms is not None:
+                durations[name].append(ms)
+    for row in run_query(con, "tool-usage", limit=1000):
+        timed = durations[row["tool_name"]]
+        assert row["timed_calls"] == len(timed), row
+        assert row["p50_ms"] == (round(statistics.median(timed), 1) if timed else None), row
+    con.close()
+
+
+def test_long_context_responses_are_priced_at_the_long_context_rates(
+    services: Services, tmp_path: Path
+) -> None:
+    from projections import pricing
+
+    # a real transcript, its model set to one with a long-context tier (Sonnet 4 above
+    # 200k prompt tokens) and one response's prompt pushed over that threshold
+    model = "claude-sonnet-4-20250514"
+    price = pricing.price_for(model)
+    assert price is not None and price.above is not None and price.above_tokens is not None
+    src = AGENTCMD / "full-session-two.jsonl"
+    lines, pushed = [], None
+    for line in src.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        msg = rec.get("message")
+        if isinstance(msg, dict) and isinstance(msg.get("usage"), dict):
+            msg["model"] = model
+            pushed = pushed or msg["id"]
+            if msg["id"] == pushed:  # every record of the first response (the last wins)
+                msg["usage"]["cache_read_input_tokens"] += price.above_tokens
+        lines.append(json.dumps(rec))
+    assert pushed
+    (tmp_path / "long.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    import_paths(services.ledger, [tmp_path / "long.jsonl"])
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    rows = con.execute(
+        "SELECT model, input_tokens, output_tokens, cache_creation_input_tokens, "
+        "cache_read_input_tokens, cost_usd FROM usage").fetchall()
+    long = [r for r in rows if r[1] + r[3] + r[4] > price.above_tokens]
+    assert long and len(long) < len(rows)
+    for r in rows:
+        assert r[5] == pytest.approx(pricing.cost_usd(r[0], r[1], r[2], r[3], r[4]), rel=1e-12)
+    found = differences(services, con)
+    assert found == {}, found
+    con.close()
+
+
+def test_readers_see_a_rebuilt_or_repriced_model_at_the_same_position(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import copy
+
+    import duckdb
+
+    from projections import pricing
+    from projections.analytics.store import snapshots
+
+    import_paths(services.ledger, [AGENTCMD])
+    data = services.settings.data_dir
+    catch_up(services.ledger, data)
+    con = open_snapshot(data)
+    cost = con.execute("SELECT sum(cost_usd) FROM usage").fetchone()[0]
+    con.close()
+    assert cost > 0
+    # a snapshot with wrong rows (as an older, buggy version wrote them): a rebuild at
+    # the same log position replaces it for new readers
+    w = duckdb.connect(str(snapshots(data)[-1][1]))
+    w.execute("UPDATE usage SET cost_usd = 0")
+    w.close()
+    rebuild(services.ledger, data)
+    con = open_snapshot(data)
+    assert con.execute("SELECT sum(cost_usd) FROM usage").fetchone()[0] == pytest.approx(cost)
+    con.close()
+    # a new bundled price table (doubled prices) re-prices the model: readers see it
+    table = copy.deepcopy(pricing.table())
+    table["version"] = "test-doubled@2099-01-01"
+    for m in table["models"].values():
+        for k in ("input", "output", "cache_read", "cache_write"):
+            if m.get(k) is not None:
+                m[k] *= 2
+    for cached in (pricing.table, pricing._prices, pricing.price_for):
+        cached.cache_clear()
+    monkeypatch.setattr(pricing, "table", lambda: table)
+    try:
+        assert catch_up(services.ledger, data) == 0  # the log did not move
+        con = open_snapshot(data)
+        assert con.execute("SELECT sum(cost_usd) FROM usage").fetchone()[0] == pytest.approx(
+            2 * cost)
+        con.close()
+    finally:
+        monkeypatch.undo()
+        for cached in (pricing._prices, pricing.price_for):
+            cached.cache_clear()
+
+
+def test_one_data_dir_used_with_two_event_stores_never_mixes_them(
+    services: Services, other_settings: Settings, tmp_path: Path
+) -> None:
+    from api.bootstrap import build
+
+    other = build(other_settings)
+    try:
+        import_paths(services.ledger, [AGENTCMD])
+        import_paths(other.ledger, [SPOTTER])
+        shared = tmp_path / "shared-data-dir"  # e.g. the platform default, two schemas
+        for ledger in (services.ledger, other.ledger, services.ledger):
+            catch_up(ledger, shared)
+            con = open_snapshot(shared)
+            assert con.execute("SELECT count(*), max(position) FROM events").fetchone() == (
+                ledger.max_position(), ledger.max_position())
+            con.close()
+    finally:
+        other.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pyarrow.parquet as pq
+import pytest
 
 from ledger.config import Settings
 
@@ -64,6 +65,7 @@ def test_analytics_command(settings: Settings) -> None:
 def test_http_named_queries(settings: Settings) -> None:
     cli(settings, "import", str(AGENTCMD))
     expected = json.loads(cli(settings, "analytics", "error-rate", "--json").stdout)
+    expected_days = json.loads(cli(settings, "analytics", "cost-per-day", "--json").stdout)
     srv = Server(settings).start()
     try:
         listing = httpx.get(srv.url + "/v1/analytics", timeout=30).json()
@@ -76,6 +78,12 @@ def test_http_named_queries(settings: Settings) -> None:
         r = httpx.get(srv.url + "/v1/analytics/cost-per-day", params={"since": "2100-01-01"},
                       timeout=60)
         assert r.status_code == 200 and r.json()["rows"] == []
+        # an offset with an unescaped '+' (decoded to a space) is still that offset
+        latest = max(row["day"] for row in expected_days)
+        for since in (f"{latest}T00:00:00+00:00", f"{latest}T01:00:00%2B01:00"):
+            r = httpx.get(srv.url + f"/v1/analytics/cost-per-day?since={since}", timeout=60)
+            assert r.status_code == 200, r.text
+            assert {row["day"] for row in r.json()["rows"]} == {latest}
         assert httpx.get(srv.url + "/v1/analytics/nope", timeout=30).status_code == 404
         r = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"since": "soon"}, timeout=60)
         assert r.status_code == 400 and "since" in r.json()["error"]
@@ -94,3 +102,64 @@ def test_http_named_queries(settings: Settings) -> None:
         assert [r["calls"] for r in rows if r["tool_name"] == "ZzzProbe"] == [1]
     finally:
         srv.stop()
+
+
+def test_time_zone_aware_results(settings: Settings) -> None:
+    import tomllib
+
+    # DuckDB's Python client needs pytz for any TIMESTAMPTZ value: it is a dependency
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert any(d.split(">")[0].split("=")[0].strip() == "pytz"
+               for d in project["project"]["dependencies"])
+    cli(settings, "import", str(AGENTCMD))
+    q = "SELECT max(occurred_at)::TIMESTAMPTZ AS last, now() AS now FROM events"
+    for fmt in ("table", "csv", "json"):
+        out = cli(settings, "sql", q, "--format", fmt)
+        assert b"2026" in out.stdout or b"2025" in out.stdout, out
+
+
+def test_sql_json_of_nested_and_special_values(settings: Settings) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    q = """SELECT session_id, list(tool_name ORDER BY started_at) AS tools,
+                  list(started_at ORDER BY started_at)[1:2] AS starts,
+                  {'id': any_value(session_id), 'n': count(*)} AS s,
+                  MAP {'calls': count(*)} AS m,
+                  TIME '12:00:01.5' AS t, '\\x00\\xFFhi'::BLOB AS b,
+                  'NaN'::DOUBLE AS nan, 'inf'::DOUBLE AS inf, '-inf'::FLOAT AS ninf
+           FROM tool_calls GROUP BY 1 ORDER BY 1 LIMIT 1"""
+    text = cli(settings, "sql", q, "--format", "json").stdout.decode()
+    (row,) = json.loads(text, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert row["tools"] and all(isinstance(t, str) for t in row["tools"])
+    assert all(s.endswith("Z") for s in row["starts"])
+    assert row["s"] == {"id": row["session_id"], "n": len(row["tools"])}
+    assert row["m"] == {"calls": len(row["tools"])}
+    assert row["t"] == "12:00:01.500000" and row["b"] == "AP9oaQ=="
+    assert row["nan"] is None and row["inf"] is None and row["ninf"] is None
+
+
+def test_sql_output_errors_are_clear(settings: Settings, tmp_path: Path) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    target = tmp_path / "x.parquet"
+    r = cli(settings, "sql", "SET threads = 2", "--format", "parquet", "--output", str(target),
+            check=False)
+    assert r.returncode == 1 and b"returns rows" in r.stderr and b"Traceback" not in r.stderr
+    missing = tmp_path / "missing-dir" / "x.csv"
+    r = cli(settings, "sql", "SELECT 1 AS x", "--format", "csv", "--output", str(missing),
+            check=False)
+    assert r.returncode == 1 and b"no directory" in r.stderr and b"Traceback" not in r.stderr
+    assert not target.exists() and not missing.exists()
+
+
+def test_sql_csv_of_nested_values_and_booleans(settings: Settings) -> None:
+    cli(settings, "import", str(AGENTCMD))
+    q = """SELECT [1, 2] AS l, {'a': 'x', 'at': max(started_at)} AS s, true AS yes,
+                  false AS no, NULL AS nothing, list(DISTINCT tool_name ORDER BY tool_name)[1:2]
+                  AS tools FROM tool_calls"""
+    out = cli(settings, "sql", q, "--format", "csv").stdout.decode()
+    header, row = list(csv.reader(io.StringIO(out)))
+    assert header == ["l", "s", "yes", "no", "nothing", "tools"]
+    assert json.loads(row[0]) == [1, 2]
+    s = json.loads(row[1])
+    assert s["a"] == "x" and s["at"].endswith("Z")
+    assert row[2:5] == ["true", "false", ""]
+    assert len(json.loads(row[5])) == 2

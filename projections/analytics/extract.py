@@ -61,15 +61,29 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("cwd", "cwd", "VARCHAR"),
     ("parent_tool_use_id", "parent_tool_use_id", "VARCHAR"),
     ("cost_usd", "cost_usd", "DOUBLE"),
+    # lifecycle: liveness-job decisions, operator commands, run outcomes
+    ("measured_from", "measured_from", "TIMESTAMP"),
+    ("recovery", "recovery", "BOOLEAN"),
+    ("tool_use_ids", "tool_use_ids", "VARCHAR[]"),
+    ("tool_errors", "tool_errors", "INTEGER"),
+    ("first_activity_at", "first_activity_at", "TIMESTAMP"),
+    ("to_status", "to_status", "VARCHAR"),
+    ("outcome", "outcome", "VARCHAR"),
 )
 # Facts that only one kind carries under a shared field name.
-_ONLY = {"prompt_text": "PromptSubmitted", "cost_usd": "CostReported"}
+_ONLY = {
+    "prompt_text": "PromptSubmitted",
+    "cost_usd": "CostReported",
+    "tool_use_ids": "ActivitiesAttached",
+}
 
 
 def _column(i: int, name: str, sql_type: str) -> str:
     value = f"f[{i + 1}]"
     if sql_type == "TIMESTAMP":
         value = f"(try_cast({value} AS TIMESTAMPTZ) AT TIME ZONE 'UTC')"
+    elif sql_type == "VARCHAR[]":
+        value = f"""from_json({value}, '["VARCHAR"]')"""
     elif sql_type != "VARCHAR":
         value = f"try_cast({value} AS {sql_type})"
     if name in _ONLY:
@@ -132,9 +146,19 @@ LEFT JOIN sessions x ON x.id = s.stream_id
 
 _EV = "events WHERE position >= $lo AND stream_id IN (SELECT id FROM touched)"
 _AT = "coalesce(occurred_at, recorded_at)"
-_PRICE = """CASE WHEN p.priced THEN (u.input_tokens * p.input + u.output_tokens * p.output
+_LONG = """p.above_tokens IS NOT NULL AND u.input_tokens + u.cache_read_input_tokens
+    + u.cache_creation_input_tokens > p.above_tokens"""
+# USD of one response: its own rates, or the long-context ones (projections/pricing.py)
+_PRICE = f"""CASE WHEN p.priced AND {_LONG} THEN (u.input_tokens * p.above_input
+    + u.output_tokens * p.above_output
+    + u.cache_read_input_tokens * coalesce(p.above_cache_read, p.above_input)
+    + u.cache_creation_input_tokens * coalesce(p.above_cache_write, p.above_input)) / 1e6
+    WHEN p.priced THEN (u.input_tokens * p.input + u.output_tokens * p.output
     + u.cache_read_input_tokens * coalesce(p.cache_read, p.input)
     + u.cache_creation_input_tokens * coalesce(p.cache_write, p.input)) / 1e6 END"""
+
+_ENDED_STATES = "('ARCHIVED', 'COMPLETED', 'FAILED', 'TERMINATED')"
+"""ledger.lifecycle.ENDED_STATES as SQL (tests/test_analytics.py checks they agree)."""
 
 RECOMPUTE = [
     "DELETE FROM usage WHERE session_id IN (SELECT id FROM touched)",
@@ -156,91 +180,174 @@ RECOMPUTE = [
     WITH s AS (
         SELECT stream_id, tool_use_id, arg_max_null(tool_name, position) AS tool_name,
                arg_max_null(batch, position) AS batch,
-               arg_max_null({_AT}, position) AS started_at, max(position) AS start_position
+               arg_max_null({_AT}, position) AS started_at, max(position) AS start_position,
+               min(position) AS first_position
         FROM {_EV} AND kind = 'ToolCallStarted' GROUP BY ALL
     ), c AS (
         SELECT stream_id, tool_use_id, arg_max_null(tool_name, position) AS tool_name,
-               arg_max_null(batch, position) AS batch,
+               arg_min_null(batch, position) AS batch,
                arg_max_null(is_error, position) AS is_error,
                arg_max_null(error, position) AS error,
                arg_max_null(interrupted, position) AS interrupted,
                arg_max_null(duration_ms, position) AS duration_ms,
-               arg_max_null({_AT}, position) AS completed_at, max(position) AS end_position
+               arg_max_null({_AT}, position) AS completed_at, max(position) AS end_position,
+               min(position) AS first_position
         FROM {_EV} AND kind = 'ToolCallCompleted' GROUP BY ALL
+    ), j AS (
+        SELECT coalesce(s.stream_id, c.stream_id) AS session_id,
+               coalesce(s.tool_use_id, c.tool_use_id) AS tool_use_id,
+               -- the last start sets the batch; a call seen only completed: its first completion
+               CASE WHEN s.stream_id IS NOT NULL THEN s.batch ELSE c.batch END AS batch,
+               least(s.first_position, c.first_position) AS created_position,
+               coalesce(s.tool_name, c.tool_name) AS tool_name,
+               CASE WHEN c.stream_id IS NULL THEN 'started'
+                    WHEN c.is_error THEN 'failed' ELSE 'completed' END AS status,
+               coalesce(c.is_error, false) AS is_error, c.error,
+               coalesce(c.interrupted, false) AS interrupted,
+               s.started_at, c.completed_at,
+               -- the agent's figure, else completion - start; NULL while either is missing
+               coalesce(c.duration_ms, CASE WHEN s.started_at IS NOT NULL
+                   AND c.completed_at IS NOT NULL THEN greatest(0, round(
+                       epoch_ms(c.completed_at) - epoch_ms(s.started_at)))::BIGINT END)
+                   AS duration_ms,
+               s.start_position, c.end_position
+        FROM s FULL OUTER JOIN c ON s.stream_id = c.stream_id AND s.tool_use_id = c.tool_use_id
+    ), a AS (  -- liveness jobs: calls attached to a (recovery or latest) batch
+        SELECT stream_id, unnest(tool_use_ids) AS tool_use_id, batch, position
+        FROM {_EV} AND kind = 'ActivitiesAttached'
+    ), moved AS (  -- the last attachment made after the call was seen
+        SELECT j.session_id, j.tool_use_id, arg_max(a.batch, a.position) AS batch,
+               max(a.position) AS position
+        FROM j JOIN a ON a.stream_id = j.session_id AND a.tool_use_id = j.tool_use_id
+                     AND a.position > j.created_position
+        GROUP BY ALL
     )
-    SELECT coalesce(s.stream_id, c.stream_id) AS session_id,
-           coalesce(s.tool_use_id, c.tool_use_id) AS tool_use_id,
-           CASE WHEN s.stream_id IS NOT NULL THEN s.batch ELSE c.batch END AS batch,
-           coalesce(s.tool_name, c.tool_name) AS tool_name,
-           CASE WHEN c.stream_id IS NULL THEN 'started'
-                WHEN c.is_error THEN 'failed' ELSE 'completed' END AS status,
-           coalesce(c.is_error, false) AS is_error, c.error,
-           coalesce(c.interrupted, false) AS interrupted,
-           s.started_at, c.completed_at,
-           coalesce(c.duration_ms, greatest(0, round(
-               epoch_ms(c.completed_at) - epoch_ms(s.started_at)))::BIGINT) AS duration_ms,
-           s.start_position, c.end_position
-    FROM s FULL OUTER JOIN c ON s.stream_id = c.stream_id AND s.tool_use_id = c.tool_use_id""",
+    SELECT j.* EXCLUDE (batch, created_position),
+           CASE WHEN m.position > coalesce(j.start_position, 0) THEN m.batch
+                ELSE j.batch END AS batch
+    FROM j LEFT JOIN moved m ON m.session_id = j.session_id AND m.tool_use_id = j.tool_use_id""",
     "DELETE FROM prompt_batches WHERE session_id IN (SELECT id FROM touched)",
+    # As projections/batches.py applies events one by one: a batch row is created by the
+    # first human/task prompt of the batch or by a liveness job's recovery attachment;
+    # the last TurnEnded decides how it ended; otherwise the first of the session's end,
+    # the run's end, an idle BatchClosed or the next batch's prompt that came while it
+    # was open (a recovery batch is created completed).
     f"""INSERT INTO prompt_batches BY NAME
     WITH ev AS (SELECT * FROM {_EV} AND stream_type = 'Session' AND batch >= 1),
-    o AS (  -- the prompt that opens each batch
+    o AS (  -- the event that creates each batch row
         SELECT stream_id, batch, min(position) AS first_position,
-               arg_min({_AT}, position) AS started_at,
-               arg_min(prompt_text, position) AS prompt,
-               arg_min(prompt_kind, position) AS prompt_kind
-        FROM ev WHERE kind = 'PromptSubmitted' AND prompt_kind IN ('human', 'task')
+               arg_min(kind, position) = 'ActivitiesAttached' AS recovery,
+               arg_min_null({_AT}, position) AS at,
+               arg_min_null(first_activity_at, position) AS first_activity_at,
+               arg_min_null(measured_from, position) AS measured_from,
+               arg_min_null(prompt_text, position) AS prompt,
+               arg_min_null(prompt_kind, position) AS prompt_kind,
+               arg_min_null(len(tool_use_ids), position) AS attached_calls,
+               arg_min_null(tool_errors, position) AS attached_errors
+        FROM ev WHERE (kind = 'PromptSubmitted' AND prompt_kind IN ('human', 'task'))
+                      OR (kind = 'ActivitiesAttached' AND recovery)
         GROUP BY ALL
     ),
     b AS (
-        SELECT o.stream_id, o.batch, any_value(o.first_position) AS first_position,
-               any_value(o.started_at) AS started_at, any_value(o.prompt) AS prompt,
-               any_value(o.prompt_kind) AS prompt_kind, max(ev.position) AS last_position,
-               count(*) FILTER (ev.kind = 'ToolCallStarted') AS tool_call_count,
-               count(*) FILTER (ev.kind = 'ToolCallCompleted' AND ev.is_error)
-                   AS tool_error_count,
+        SELECT o.stream_id, o.batch,
+               max(ev.position) FILTER (ev.kind NOT IN ('Summarised', 'ActivitiesAttached',
+                   'BatchClosed') OR ev.position = o.first_position) AS last_position,
+               count(*) FILTER (ev.kind = 'ToolCallStarted') AS tool_calls,
+               count(*) FILTER (ev.kind = 'ToolCallCompleted' AND ev.is_error) AS tool_errors,
                max(ev.position) FILTER (ev.kind = 'TurnEnded') AS turn_position,
+               min(ev.position) FILTER (ev.kind = 'TurnEnded') AS first_turn_position,
                arg_max_null(ev.reason, ev.position) FILTER (ev.kind = 'TurnEnded')
                    AS turn_reason,
                arg_max_null(coalesce(ev.occurred_at, ev.recorded_at), ev.position)
                    FILTER (ev.kind = 'TurnEnded') AS turn_at,
-               min(ev.position) FILTER (ev.kind = 'Ended') AS end_position,
-               arg_min(coalesce(ev.occurred_at, ev.recorded_at), ev.position)
-                   FILTER (ev.kind = 'Ended') AS end_at
+               -- the first end that can close an open batch
+               min(ev.position) FILTER (ev.kind IN ('Ended', 'RunEnded', 'BatchClosed'))
+                   AS end_position,
+               arg_min(ev.kind, ev.position)
+                   FILTER (ev.kind IN ('Ended', 'RunEnded', 'BatchClosed')) AS end_kind,
+               arg_min_null(CASE ev.kind WHEN 'Ended' THEN 'session_end'
+                                         WHEN 'RunEnded' THEN 'run_' || ev.outcome
+                                         ELSE ev.reason END, ev.position)
+                   FILTER (ev.kind IN ('Ended', 'RunEnded', 'BatchClosed')) AS end_reason,
+               arg_min_null(CASE WHEN ev.kind = 'BatchClosed' THEN coalesce(ev.measured_from,
+                   ev.occurred_at, ev.recorded_at) ELSE coalesce(ev.occurred_at,
+                   ev.recorded_at) END, ev.position)
+                   FILTER (ev.kind IN ('Ended', 'RunEnded', 'BatchClosed')) AS end_at
         FROM o JOIN ev ON ev.stream_id = o.stream_id AND ev.batch = o.batch
                       AND ev.position >= o.first_position
         GROUP BY o.stream_id, o.batch
     ),
-    u AS (
-        SELECT session_id, batch, sum(input_tokens) AS input_tokens,
-               sum(output_tokens) AS output_tokens, sum(cost_usd) AS cost_usd
-        FROM usage WHERE session_id IN (SELECT id FROM touched) GROUP BY ALL
+    u AS (  -- usage whose last record came while the batch row existed
+        SELECT o.stream_id, o.batch, sum(u.input_tokens) AS input_tokens,
+               sum(u.output_tokens) AS output_tokens, sum(u.cost_usd) AS cost_usd
+        FROM usage u JOIN o ON u.session_id = o.stream_id AND u.batch = o.batch
+                           AND u.position > o.first_position
+        WHERE u.session_id IN (SELECT id FROM touched) GROUP BY ALL
     ),
-    ended AS (
-        SELECT b.*, n.first_position AS next_position, n.started_at AS next_at,
-               b.end_position IS NOT NULL
-                   AND (n.first_position IS NULL OR b.end_position < n.first_position)
-                   AS by_session_end
-        FROM b LEFT JOIN o n ON n.stream_id = b.stream_id AND n.batch = b.batch + 1
+    e AS (
+        SELECT o.*, b.* EXCLUDE (stream_id, batch), n.first_position AS next_position,
+               n.at AS next_at,
+               -- the end (session, run, idle) or the next prompt, whichever came first
+               b.end_position IS NOT NULL AND (n.first_position IS NULL
+                   OR b.end_position < n.first_position) AS by_end
+        FROM o JOIN b USING (stream_id, batch)
+        LEFT JOIN o n ON n.stream_id = o.stream_id AND n.batch = o.batch + 1 AND NOT n.recovery
+    ),
+    closed AS (  -- how an open (not recovery) batch was closed, absent a TurnEnded
+        SELECT e.*,
+               CASE WHEN e.recovery THEN NULL
+                    WHEN e.by_end AND e.end_position < coalesce(e.first_turn_position,
+                        e.end_position + 1) THEN 'end'
+                    WHEN NOT e.by_end AND e.next_position IS NOT NULL
+                        AND e.next_position < coalesce(e.first_turn_position,
+                            e.next_position + 1) THEN 'next'
+               END AS closer
+        FROM e
     )
-    SELECT e.stream_id AS session_id, e.batch, e.prompt, e.prompt_kind,
-           CASE WHEN e.turn_position IS NOT NULL OR e.by_session_end
-                     OR e.next_position IS NOT NULL THEN 'completed' ELSE 'open' END AS status,
-           e.started_at,
-           CASE WHEN e.turn_position IS NOT NULL THEN e.turn_at
-                WHEN e.by_session_end THEN e.end_at ELSE e.next_at END AS ended_at,
-           CASE WHEN e.turn_position IS NOT NULL THEN e.turn_reason
-                WHEN e.by_session_end THEN 'session_end'
-                WHEN e.next_position IS NOT NULL THEN 'next_prompt' END AS end_reason,
-           e.tool_call_count, e.tool_error_count,
+    SELECT c.stream_id AS session_id, c.batch, c.prompt,
+           CASE WHEN c.recovery THEN 'recovery' ELSE c.prompt_kind END AS prompt_kind,
+           CASE WHEN c.turn_position IS NOT NULL OR c.recovery OR c.closer IS NOT NULL
+                THEN 'completed' ELSE 'open' END AS status,
+           CASE WHEN c.recovery THEN c.first_activity_at ELSE c.at END AS started_at,
+           CASE WHEN c.turn_position IS NOT NULL THEN c.turn_at
+                WHEN c.recovery THEN c.measured_from
+                WHEN c.closer = 'end' THEN c.end_at
+                WHEN c.closer = 'next' THEN c.next_at END AS ended_at,
+           CASE WHEN c.turn_position IS NOT NULL THEN c.turn_reason
+                WHEN c.recovery THEN 'recovery'
+                WHEN c.closer = 'end' THEN c.end_reason
+                WHEN c.closer = 'next' THEN 'next_prompt' END AS end_reason,
+           c.tool_calls + CASE WHEN c.recovery THEN coalesce(c.attached_calls, 0) ELSE 0 END
+               AS tool_call_count,
+           c.tool_errors + CASE WHEN c.recovery THEN coalesce(c.attached_errors, 0) ELSE 0 END
+               AS tool_error_count,
            coalesce(u.input_tokens, 0) AS input_tokens,
            coalesce(u.output_tokens, 0) AS output_tokens,
            coalesce(u.cost_usd, 0) AS cost_usd,
-           e.first_position, e.last_position
-    FROM ended e LEFT JOIN u ON u.session_id = e.stream_id AND u.batch = e.batch""",
+           c.first_position,
+           -- an idle BatchClosed that closed the batch is its last event
+           CASE WHEN c.closer = 'end' AND c.end_kind = 'BatchClosed'
+                THEN greatest(c.last_position, c.end_position)
+                ELSE c.last_position END AS last_position
+    FROM closed c LEFT JOIN u ON u.stream_id = c.stream_id AND u.batch = c.batch""",
     "DELETE FROM sessions WHERE id IN (SELECT id FROM touched)",
     f"""INSERT INTO sessions BY NAME
-    WITH u AS (
+    WITH ends AS (  -- the events that set or clear the end (projections/sessions.py)
+        SELECT * FROM {_EV} AND stream_type = 'Session'
+            AND (kind IN ('Ended', 'RunEnded', 'TimedOut', 'Reopened')
+                 OR (kind = 'CommandApplied' AND to_status IN {_ENDED_STATES}))
+    ), last_set AS (  -- an end (or Reopened: none) that replaces whatever was before
+        SELECT stream_id, max(position) AS position,
+               arg_max_null(CASE kind WHEN 'Reopened' THEN NULL
+                                      WHEN 'TimedOut' THEN coalesce(measured_from, {_AT})
+                                      ELSE {_AT} END, position) AS at
+        FROM ends WHERE kind <> 'CommandApplied' GROUP BY ALL
+    ), ended AS (  -- a command into an ended state keeps an end, else its time is the end
+        SELECT stream_id, coalesce(any_value(l.at),
+                   arg_min({_AT}, e.position) FILTER (e.kind = 'CommandApplied'
+                       AND e.position > coalesce(l.position, 0))) AS ended_at
+        FROM ends e LEFT JOIN last_set l USING (stream_id) GROUP BY stream_id
+    ), u AS (
         SELECT session_id, sum(input_tokens) AS input_tokens,
                sum(output_tokens) AS output_tokens,
                sum(cache_creation_input_tokens) AS cache_creation_input_tokens,
@@ -273,21 +380,17 @@ RECOMPUTE = [
                sum(cost_usd) FILTER (kind = 'CostReported') AS agent_cost_usd,
                count(*) AS event_count,
                min(occurred_at) AS started_at, max(occurred_at) AS last_activity_at,
-               CASE WHEN arg_max_null(kind, position) FILTER (kind IN ('Ended', 'Reopened'))
-                         = 'Ended'
-                    THEN arg_max_null({_AT}, position) FILTER (kind IN ('Ended', 'Reopened'))
-               END AS ended_at,
                min(recorded_at) AS first_recorded_at, max(recorded_at) AS last_recorded_at,
                min(position) AS first_position, max(version) AS head_version,
                max(position) AS head_position
         FROM {_EV} AND stream_type = 'Session' GROUP BY stream_id
     )
-    SELECT s.*, coalesce(u.input_tokens, 0) AS input_tokens,
+    SELECT s.*, ended.ended_at, coalesce(u.input_tokens, 0) AS input_tokens,
            coalesce(u.output_tokens, 0) AS output_tokens,
            coalesce(u.cache_creation_input_tokens, 0) AS cache_creation_input_tokens,
            coalesce(u.cache_read_input_tokens, 0) AS cache_read_input_tokens,
            coalesce(u.cost_usd, 0) AS cost_usd, coalesce(u.unpriced_tokens, 0) AS unpriced_tokens
-    FROM s LEFT JOIN u ON u.session_id = s.id""",
+    FROM s LEFT JOIN u ON u.session_id = s.id LEFT JOIN ended ON ended.stream_id = s.id""",
 ]
 
 
@@ -305,11 +408,29 @@ def price_rows(models: list[str]) -> list[tuple[Any, ...]]:
     """``model_prices`` rows from the bundled price table (:mod:`projections.pricing`)."""
     from projections.pricing import price_for
 
-    out = []
+    out: list[tuple[Any, ...]] = []
     for m in models:
         p = price_for(m)
         if p is None:
-            out.append((m, False, None, None, None, None))
-        else:
-            out.append((m, True, p.input, p.output, p.cache_read, p.cache_write))
+            out.append((m, False, *[None] * (len(PRICE_COLUMNS) - 2)))
+            continue
+        above = p.above if p.above_tokens is not None else None
+        out.append((
+            m, True, p.input, p.output, p.cache_read, p.cache_write,
+            p.above_tokens if above else None,
+            *((above.input, above.output, above.cache_read, above.cache_write)
+              if above else (None,) * 4),
+        ))
     return out
+
+
+PRICE_COLUMNS = (
+    "model", "priced", "input", "output", "cache_read", "cache_write", "above_tokens",
+    "above_input", "above_output", "above_cache_read", "above_cache_write",
+)
+INSERT_PRICES = (
+    "INSERT INTO model_prices (model, priced, input, output, cache_read, cache_write, "
+    "above_tokens, above_input, above_output, above_cache_read, above_cache_write) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+"""Inserts :func:`price_rows` (one ``?`` per :data:`PRICE_COLUMNS`)."""

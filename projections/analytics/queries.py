@@ -10,8 +10,11 @@ bundled price table; tokens of models without a price count as ``unpriced_tokens
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
+import math
+import re
 import uuid
 from typing import Any
 
@@ -122,9 +125,13 @@ def named_queries() -> dict[str, str]:
     return {name: q[0] for name, q in QUERIES.items()}
 
 
+_SPACE_FOR_PLUS = re.compile(r"^(\d{4}-\d{2}-\d{2}T[\d:.,]+) (\d{2}(?::?\d{2}(?::?\d{2})?)?)$")
+
+
 def parse_since(value: str | dt.datetime | dt.date | None) -> dt.datetime | None:
     """``since`` as a naive UTC datetime. Accepts ``2026-02-11``, ``2026-02-11T21:24:19Z``
-    and offsets. Raises ValueError with the reason for anything else."""
+    and offsets, also a ``+`` offset that a URL query decoded to a space
+    (``2026-02-11T00:00:00 01:00``). Raises ValueError with the reason for anything else."""
     if value is None or value == "":
         return None
     if isinstance(value, dt.datetime):
@@ -132,8 +139,11 @@ def parse_since(value: str | dt.datetime | dt.date | None) -> dt.datetime | None
     elif isinstance(value, dt.date):
         parsed = dt.datetime(value.year, value.month, value.day)
     else:
+        text = value.strip().replace("Z", "+00:00")
+        # an unescaped '+' of an offset in a URL query arrives as a space
+        text = _SPACE_FOR_PLUS.sub(r"\1+\2", text)
         try:
-            parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            parsed = dt.datetime.fromisoformat(text)
         except ValueError:
             raise ValueError(f"since: not an ISO-8601 date or time: {value!r}") from None
     if parsed.tzinfo is not None:
@@ -161,17 +171,29 @@ def run_query(
 
 
 def json_value(value: Any) -> Any:
-    """A DuckDB value as JSON-ready Python (times ISO-8601 UTC with ``Z``)."""
+    """A DuckDB value as JSON-ready Python, nested values (lists, structs, maps) too:
+    times ISO-8601 (UTC with ``Z`` when naive), ``TIME`` ``HH:MM:SS[.ffffff]``, intervals
+    seconds, ``BLOB`` base64, NaN and infinities None (JSON has no such numbers)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, dt.datetime):
         return value.isoformat(timespec="milliseconds") + ("Z" if value.tzinfo is None else "")
-    if isinstance(value, dt.date):
+    if isinstance(value, dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
-        return float(value)
+        return float(value) if value.is_finite() else None
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {str(json_value(k)): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
     return value
 
 

@@ -23,6 +23,8 @@ from ledger.app import Ledger
 from projections.analytics import extract
 from projections.analytics.store import (
     TRACKING_NAME,
+    generation,
+    next_generation,
     open_writer,
     publish,
     remove_all,
@@ -64,17 +66,35 @@ def catch_up(
     Raises whatever the store or DuckDB raises; committed sections stay committed.
     """
     with writer_lock(data_dir):
-        con = open_writer(data_dir)
+        con = open_writer(data_dir, store=store_identity(ledger, data_dir))
         try:
             _refresh_prices(con)
             applied = _apply(con, ledger, stop, max_sections, section, after_section)
-            pos = position(con)
+            pos, gen = position(con), generation(con)
             con.execute("CHECKPOINT")
         finally:
             con.close()
         if publish_snapshot:
-            publish(data_dir, pos)
+            publish(data_dir, pos, gen)
     return applied
+
+
+def store_identity(ledger: Ledger, data_dir: Path) -> str:
+    """Names the event store ``ledger`` reads, in the form of
+    :meth:`ledger.config.Settings.store_identity`: ``sqlite:events.db`` for the data
+    directory's own file (else ``sqlite:<absolute path>``), or the PostgreSQL server,
+    database and schema."""
+    env = ledger.env
+    if "postgres" in (env.get("PERSISTENCE_MODULE") or ""):
+        return (
+            f"postgresql://{env.get('POSTGRES_HOST') or '127.0.0.1'}:"
+            f"{env.get('POSTGRES_PORT') or 5432}/{env.get('POSTGRES_DBNAME') or 'postgres'}"
+            f"?schema={env.get('POSTGRES_SCHEMA') or 'public'}"
+        )
+    db = Path(env.get("SQLITE_DBNAME") or "").resolve()
+    if db.parent == Path(data_dir).resolve():
+        return f"sqlite:{db.name}"
+    return f"sqlite:{db}"
 
 
 def rebuild(ledger: Ledger, data_dir: Path, *, section: int = SECTION) -> int:
@@ -163,9 +183,7 @@ def _derive(con: Any, after: int) -> None:
     """Recompute the derived tables of the sessions with events after ``after``."""
     models = extract.new_models(con, after)
     if models:
-        con.executemany(
-            "INSERT INTO model_prices VALUES (?, ?, ?, ?, ?, ?)", extract.price_rows(models)
-        )
+        con.executemany(extract.INSERT_PRICES, extract.price_rows(models))
     con.execute(extract.TOUCHED, {"after": after})
     _recompute(con)
 
@@ -194,9 +212,7 @@ def _refresh_prices(con: Any) -> None:
             "SELECT DISTINCT model FROM events WHERE kind = 'UsageRecorded' AND model IS NOT NULL"
         ).fetchall()]
         if models:
-            con.executemany(
-                "INSERT INTO model_prices VALUES (?, ?, ?, ?, ?, ?)", extract.price_rows(models)
-            )
+            con.executemany(extract.INSERT_PRICES, extract.price_rows(models))
         con.execute(
             "CREATE OR REPLACE TEMP TABLE touched AS "
             "SELECT id, 0::BIGINT AS lo FROM sessions"
@@ -205,6 +221,8 @@ def _refresh_prices(con: Any) -> None:
         con.execute(
             "INSERT OR REPLACE INTO analytics_meta VALUES ('price_table_version', ?)", [version]
         )
+        if found:  # costs changed at the same position: readers need a new snapshot
+            next_generation(con)
         con.commit()
     except BaseException:
         con.rollback()

@@ -4,8 +4,9 @@ Layout under the data directory (see docs/analytics.md for why):
 
 * ``analytics.duckdb`` — written by exactly one process at a time: whoever catches up
   holds an exclusive ``flock`` on ``analytics.lock`` while the file is open.
-* ``analytics-snapshots/analytics-<position>.duckdb`` — a copy of the writer's file
-  published after each catch-up that moved the position (copied to a temporary name,
+* ``analytics-snapshots/analytics-<generation>-<position>.duckdb`` — a copy of the
+  writer's file published after each catch-up that changed it: moved the position, or
+  replaced rows under a new generation (rebuild, re-pricing) (copied to a temporary name,
   then renamed into place). Readers open the newest one ``read_only``; they never open
   the writer's file, so a reader never blocks the writer and the writer never breaks
   a reader (a rename leaves an open snapshot's inode alive).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,12 +56,19 @@ CREATE TABLE IF NOT EXISTS events (
     duration_ms BIGINT, interrupted BOOLEAN,
     prompt_kind VARCHAR, prompt_text VARCHAR, reason VARCHAR,
     external_id VARCHAR, parent_id UUID, agent_type VARCHAR, cwd VARCHAR,
-    parent_tool_use_id VARCHAR, cost_usd DOUBLE  -- CostReported: the agent's own figure
+    parent_tool_use_id VARCHAR, cost_usd DOUBLE,  -- CostReported: the agent's own figure
+    -- lifecycle: liveness jobs (BatchClosed, TimedOut, ActivitiesAttached), commands, runs
+    measured_from TIMESTAMP, recovery BOOLEAN, tool_use_ids VARCHAR[], tool_errors INTEGER,
+    first_activity_at TIMESTAMP, to_status VARCHAR, outcome VARCHAR
 );
 CREATE TABLE IF NOT EXISTS model_prices (
     model VARCHAR PRIMARY KEY,         -- the name as the usage records give it
     priced BOOLEAN NOT NULL,
-    input DOUBLE, output DOUBLE, cache_read DOUBLE, cache_write DOUBLE  -- USD / MTok
+    input DOUBLE, output DOUBLE, cache_read DOUBLE, cache_write DOUBLE,  -- USD / MTok
+    -- long-context rates: a request whose prompt (input + cache read + cache write
+    -- tokens) exceeds above_tokens is charged at these, all of it (projections/pricing.py)
+    above_tokens BIGINT, above_input DOUBLE, above_output DOUBLE,
+    above_cache_read DOUBLE, above_cache_write DOUBLE
 );
 CREATE TABLE IF NOT EXISTS usage (
     session_id UUID NOT NULL, message_id VARCHAR NOT NULL, model VARCHAR,
@@ -95,6 +104,12 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 """
 
+SCHEMA_VERSION = 3
+"""Version of :data:`DDL` and of the SQL in ``extract.py`` (``analytics_meta``
+``schema_version``); a file with another version is rebuilt (:func:`open_writer`).
+1 (no ``schema_version`` row): before the lifecycle columns of ``events``; 2: before the
+long-context rates of ``model_prices``."""
+
 READ_MODEL_TABLES = ("events", "usage", "tool_calls", "prompt_batches", "sessions")
 
 
@@ -107,13 +122,40 @@ def snapshot_dir(data_dir: Path) -> Path:
     return Path(data_dir) / SNAPSHOT_DIR
 
 
+_SNAPSHOT_NAME = re.compile(r"^analytics-(?:(\d+)-)?(\d+)\.duckdb$")
+
+
 def snapshots(data_dir: Path) -> list[tuple[int, Path]]:
-    """Published snapshots as (position, path), oldest first."""
+    """Published snapshots as (position, path), oldest first: ordered by generation,
+    then position (a rebuilt or re-priced model is newer at the same position). A name
+    without a generation (``analytics-<position>.duckdb``, older versions) is the oldest."""
     found = []
     for p in snapshot_dir(data_dir).glob("analytics-*.duckdb"):
-        with contextlib.suppress(ValueError):
-            found.append((int(p.stem.removeprefix("analytics-")), p))
-    return sorted(found)
+        if m := _SNAPSHOT_NAME.match(p.name):
+            found.append(((int(m[1]) if m[1] else -1, int(m[2])), p))
+    return [(key[1], p) for key, p in sorted(found)]
+
+
+def _published_generation(data_dir: Path) -> int:
+    """The highest generation among the published snapshots (0: none)."""
+    best = 0
+    for p in snapshot_dir(data_dir).glob("analytics-*.duckdb"):
+        if (m := _SNAPSHOT_NAME.match(p.name)) and m[1]:
+            best = max(best, int(m[1]))
+    return best
+
+
+def generation(con: Any) -> int:
+    """The content generation of the writer's file behind ``con`` (``analytics_meta``)."""
+    return int(_meta(con, "generation") or 0)
+
+
+def next_generation(con: Any) -> int:
+    """Give the file behind ``con`` a new generation (call in the transaction that
+    changes its rows without moving its position, e.g. a re-pricing)."""
+    new = generation(con) + 1
+    con.execute("INSERT OR REPLACE INTO analytics_meta VALUES ('generation', ?)", [str(new)])
+    return new
 
 
 @contextlib.contextmanager
@@ -132,26 +174,67 @@ def writer_lock(data_dir: Path) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def open_writer(data_dir: Path) -> Any:
-    """Open (creating) the writer's file with the schema. Call under :func:`writer_lock`."""
+def open_writer(data_dir: Path, store: str | None = None) -> Any:
+    """Open (creating) the writer's file with the schema. Call under :func:`writer_lock`.
+
+    A file written with another :data:`SCHEMA_VERSION` (an older hookledger), or from
+    another event store than ``store`` (its identity, kept in ``analytics_meta``: two
+    PostgreSQL schemas used with one data directory), is deleted first: the next
+    catch-up replays this store's log into the current schema.
+    """
     import duckdb
 
     con = duckdb.connect(str(analytics_path(data_dir)))
+    other_store = store is not None and _meta(con, "store") not in (None, store)
+    if other_store or (_meta(con, "schema_version") != str(SCHEMA_VERSION) and _has_tables(con)):
+        con.close()
+        remove_all(data_dir)
+        con = duckdb.connect(str(analytics_path(data_dir)))
     con.execute(DDL)
     con.execute(
         "INSERT INTO analytics_tracking VALUES (?, 0) ON CONFLICT DO NOTHING", [TRACKING_NAME]
     )
+    con.execute(
+        "INSERT OR REPLACE INTO analytics_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+    )
+    if store is not None:
+        con.execute("INSERT OR REPLACE INTO analytics_meta VALUES ('store', ?)", [store])
+    if _meta(con, "generation") is None:  # a new file: newer than anything published
+        con.execute(
+            "INSERT INTO analytics_meta VALUES ('generation', ?)",
+            [str(_published_generation(data_dir) + 1)],
+        )
     return con
 
 
-def publish(data_dir: Path, position: int) -> Path:
-    """Copy the (closed, checkpointed) writer's file to ``analytics-<position>.duckdb``.
+def _has_tables(con: Any) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables()").fetchone()[0])
+
+
+def _meta(con: Any, key: str) -> str | None:
+    """A value of ``analytics_meta`` (None: no such key, or no such table yet)."""
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'analytics_meta'"
+    ).fetchone()[0]
+    if not found:
+        return None
+    row = con.execute("SELECT value FROM analytics_meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
+def publish(data_dir: Path, position: int, generation: int) -> Path:
+    """Copy the (closed, checkpointed) writer's file to
+    ``analytics-<generation>-<position>.duckdb``.
+
+    The generation changes whenever the file's rows change without its position
+    moving (a new file after a rebuild or schema upgrade, a re-pricing), so readers see
+    that too; an unchanged file (same generation and position) is not copied again.
 
     Call under :func:`writer_lock` after closing the writer's connection. Keeps the
     newest :data:`KEEP_SNAPSHOTS` snapshots; older ones are unlinked (a reader that
     still has one open keeps reading it: the inode lives until it is closed).
     """
-    target = snapshot_dir(data_dir) / f"analytics-{position:012d}.duckdb"
+    target = snapshot_dir(data_dir) / f"analytics-{generation:06d}-{position:012d}.duckdb"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
