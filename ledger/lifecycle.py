@@ -109,8 +109,8 @@ class Liveness:
             self._decided(session, event, kind)
             return
         self.last_activity_version = event.originator_version
-        if kind == "Ended":
-            self.ended_by = None
+        if kind == "Ended" and event.status is SessionStatus.COMPLETED:
+            self.ended_by = None  # the agent ended it (a TERMINATED or ARCHIVED one is kept)
         if event.occurred_at is not None and (
             self.last_source_at is None or event.occurred_at > self.last_source_at
         ):

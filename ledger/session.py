@@ -638,11 +638,16 @@ def _alias_hash(alias_keys: tuple[str, ...]) -> str | None:
 
 
 _RUN_OUTCOMES = {"completed": S.COMPLETED, "failed": S.FAILED, "terminated": S.TERMINATED}
+_KEPT_ON_END = frozenset({S.TERMINATED, S.ARCHIVED})
+"""States an operator's command (or the archive job) put the session in: the agent's own
+end (``SessionEnd``, a run's outcome) arriving later is recorded, the state is kept."""
 
 
 def _next_status(current: SessionStatus, obs: Observation) -> SessionStatus:
     """Map an observed fact onto the lifecycle (DESIGN.md); observed facts never fail."""
     kind = obs.kind
+    if kind in ("Ended", "RunEnded") and current in _KEPT_ON_END:
+        return current
     if kind == "Ended":
         return S.COMPLETED
     if kind == "RunEnded":
