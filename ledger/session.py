@@ -224,7 +224,8 @@ class Session(BaseAggregate[UUID]):
         ``rule`` (``idle_batch``, ``idle_session``, ``unbatched_activity``,
         ``archive_after``), ``threshold_s`` (seconds), ``measured_from`` (the latest
         activity time the rule measured idle time from, on the source's clock where the
-        session has one), ``last_version`` (the stream version the job saw last),
+        session has one, or the timestamp of an operator's later ``resume``, which
+        restarts the clock), ``last_version`` (the stream version the job saw last),
         ``last_position`` (the notification position of the read model it read) and
         ``decided_at`` (the job's ``now``)."""
 
