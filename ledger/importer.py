@@ -31,6 +31,7 @@ from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.gcpause import gc_paused
 from ledger.observation import Observation, Rejected
+from ledger.privacy import redact_text
 from ledger.sources import agent_files, claude_transcript, stream_formats
 
 SUFFIXES = (".jsonl", ".json")
@@ -168,8 +169,11 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
         yield from stream_formats.parse(fmt, path, data)
     elif fmt == "claude-code.transcript":
         meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
-        agent_type = _meta_agent_type(meta) if path.name.startswith("agent-") else None
-        yield from claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
+        agent_type, redactions = (
+            _meta_agent_type(meta) if path.name.startswith("agent-") else (None, [])
+        )
+        facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
+        yield from _record_meta_redactions(facts, agent_type, redactions) if redactions else facts
     elif fmt == "claude-code.transcript-array":
         try:
             records = jsontext.loads(data)
@@ -188,13 +192,29 @@ def parse_file(path: Path) -> Iterator[Observation | Rejected]:
         raise ValueError("not a recognised agent transcript")
 
 
-def _meta_agent_type(meta: Path) -> str | None:
-    """``agentType`` from a subagent's ``agent-<id>.meta.json`` (CC 2.1), if present."""
+def _meta_agent_type(meta: Path) -> tuple[str | None, list[dict[str, Any]]]:
+    """``agentType`` from a subagent's ``agent-<id>.meta.json`` (CC 2.1), if present, as
+    privacy leaves it (:func:`ledger.privacy.redact_text`), and the redactions made."""
     try:
         value = jsontext.loads(meta.read_bytes()).get("agentType")
     except (OSError, orjson.JSONDecodeError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
+        return None, []
+    if not isinstance(value, str):
+        return None, []
+    return redact_text(value, f"{meta.name}:$.agentType")
+
+
+def _record_meta_redactions(
+    facts: Iterator[Observation | Rejected], agent_type: str | None, redactions: list[dict[str, Any]]
+) -> Iterator[Observation | Rejected]:
+    """``facts``, the first of the subagent's own (the stream it opens holds the
+    ``agentType``) recording the redactions made in its ``.meta.json``."""
+    pending = True
+    for fact in facts:
+        if pending and isinstance(fact, Observation) and fact.session.agent_type == agent_type:
+            fact.redactions = (*fact.redactions, *redactions)
+            pending = False
+        yield fact
 
 
 def import_paths(

@@ -14,8 +14,10 @@ Rules (thresholds in :class:`JobConfig`, seconds):
 * ``archive_after`` — a session ended more than N days (default 30) ago is archived
   (:class:`~ledger.session.Session.Archived`).
 
-Idle time is measured from :attr:`ledger.lifecycle.Liveness.last_activity_at` (the
-latest activity the ledger knows, on the source's clock where the session has one).
+Idle time is measured from :attr:`ledger.lifecycle.Liveness.idle_since`: the latest
+activity the ledger knows (on the source's clock where the session has one), or the
+operator's resume when that is later (the clock restarts there; the decision's
+``measured_from`` is then the ``CommandApplied``'s timestamp).
 Each decision's event key is derived from the rule and the evidence (the last stream
 version seen), so running a job twice appends nothing twice. ``now`` is always passed
 in: nothing here reads a clock.
@@ -80,7 +82,7 @@ def append_decision(
 
 
 def _idle_for(agg: Session, now: datetime) -> float | None:
-    last = agg.liveness.last_activity_at
+    last = agg.liveness.idle_since
     return None if last is None else (now - last).total_seconds()
 
 
@@ -90,7 +92,7 @@ def _evidence(
     return {
         "rule": rule,
         "threshold_s": threshold_s,
-        "measured_from": agg.liveness.last_activity_at,
+        "measured_from": agg.liveness.idle_since,
         "last_version": agg.liveness.last_activity_version,
         "last_position": seen_position,
         "decided_at": now,
@@ -115,7 +117,7 @@ def apply_liveness_rules(
     if idle is None:
         return decided
     live = agg.status not in ENDED_STATES and agg.status is not S.PAUSED
-    version = agg.liveness.last_activity_version
+    version = agg.liveness.idle_version
     if idle >= config.idle_batch_s and agg.liveness.unattached:
         lv = agg.liveness
         recovery = agg.batch == 0

@@ -89,6 +89,11 @@ class Liveness:
     ended_by: str | None = None
     """Why the session last ended when a job or an operator ended it (``idle_timeout``,
     ``terminate``, …); None when the agent ended it or it is live."""
+    restarted_at: datetime | None = None
+    """Ledger time of the last operator command that moved the session into a live state
+    (``resume``): the idle clock restarts there (:attr:`idle_since`)."""
+    restarted_version: int = 0
+    """Stream version of that command."""
 
     def reopen_note(self) -> str:
         """Text added to a ``Reopened`` reason: what ended the session, if not the agent."""
@@ -100,8 +105,23 @@ class Liveness:
 
     @property
     def last_activity_at(self) -> datetime | None:
-        """Idle time is measured from this: the source clock where the session has one."""
+        """The latest activity: the source clock where the session has one."""
         return self.last_source_at or self.last_recorded_at
+
+    @property
+    def idle_since(self) -> datetime | None:
+        """Idle time is measured from this: the later of :attr:`last_activity_at` and
+        :attr:`restarted_at` (an operator's resume restarts the clock)."""
+        return self.restarted_at if self._restarted_last() else self.last_activity_at
+
+    @property
+    def idle_version(self) -> int:
+        """The stream version :attr:`idle_since` is of (a job decision's key names it)."""
+        return self.restarted_version if self._restarted_last() else self.last_activity_version
+
+    def _restarted_last(self) -> bool:
+        last = self.last_activity_at
+        return self.restarted_at is not None and (last is None or self.restarted_at > last)
 
     def apply(self, session: Any, event: Any) -> None:
         kind = type(event).__name__
@@ -109,8 +129,8 @@ class Liveness:
             self._decided(session, event, kind)
             return
         self.last_activity_version = event.originator_version
-        if kind == "Ended":
-            self.ended_by = None
+        if kind == "Ended" and event.status is SessionStatus.COMPLETED:
+            self.ended_by = None  # the agent ended it (a TERMINATED or ARCHIVED one is kept)
         if event.occurred_at is not None and (
             self.last_source_at is None or event.occurred_at > self.last_source_at
         ):
@@ -144,3 +164,13 @@ class Liveness:
             self.ended_by = self.ended_by or event.command
             if session.ended_at is None:
                 session.ended_at = event.timestamp
+        if (
+            kind == "CommandApplied"
+            and event.to_status in _LIVE
+            and event.to_status != event.from_status  # not a fork
+        ):
+            # resume: live again from now, whatever ended or idled it before
+            self.restarted_at = event.timestamp
+            self.restarted_version = event.originator_version
+            self.ended_by = None
+            session.ended_at = None

@@ -42,14 +42,29 @@ _LW = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
 _WORD = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
 _R = r"(?![A-Za-z0-9_\-])"
 # The value of an assignment: a quoted string, or a bare word (JSON escape pairs kept
-# whole, so redacting inside raw JSON text leaves it valid JSON). ``$``, brackets and
-# parentheses end a bare word: ``KEY=$OTHER`` or ``KEY = os.environ[...]`` is code.
+# whole, so redacting inside raw JSON text leaves it valid JSON). A leading ``$`` is a
+# variable reference and brackets and parentheses end a bare word: ``KEY=$OTHER`` or
+# ``KEY = os.environ[...]`` is code; a ``$`` further in is part of the value
+# (``DB_PASSWORD=pa$$w0rd``).
 _VALUE = (
     r"(?:\\?[\"'])?(?!\[redacted:)"
     r"(?P<v>(?<=[\"'])[^\"'\\\r\n]{6,512}(?=\\?[\"'])"
-    r"|(?:[^\s\"'\\$`,;()\[\]{}<>]|\\[^u\"'\snrt]){6,512})"
+    r"|(?:[^\s\"'\\$`,;()\[\]{}<>]|\\[^u\"'\snrt])"
+    r"(?:[^\s\"'\\`,;()\[\]{}<>]|\\[^u\"'\snrt]){5,511})"
 )
 _ASSIGN = r"(?:\\?[\"'])?\s{0,4}[=:]\s{0,4}"
+_CODE_ASSIGN = r" ?[=:] ?\\?[\"']"
+"""``name = 'value'`` in code: at most a space on either side of the ``=``/``:``, then the
+quote, so every name the rule accepts is followed by one of :data:`_CODE_LITERALS`."""
+_CODE_LITERALS = tuple(
+    f"{word}{before}{op}{after}{quote}"
+    for word in ("key", "secret", "token")
+    for before in ("", " ")
+    for op in "=:"
+    for after in ("", " ")
+    # a ``"`` is ``\"`` in JSON text
+    for quote in ("'", '"', '\\"')
+)
 
 _SECRET_NAME_SUFFIXES = (
     "_KEY", "_SECRET", "_TOKEN", "PASSWORD", "PASSWD", "_PWD", "_PASS", "_CREDENTIALS",
@@ -61,11 +76,70 @@ _NOT_SECRET_NAMES = frozenset(
 )
 
 
+_SECRET_KEY_WORDS = frozenset(
+    {
+        "API", "APIKEY", "SECRET", "ACCESS", "PRIVATE", "AUTH", "SIGNING", "SIGN",
+        "ENCRYPTION", "ENCRYPT", "CRYPT", "CRYPTO", "CIPHER", "MASTER", "CLIENT", "LICENSE",
+        "WEBHOOK", "SESSION", "JWT", "HMAC", "SSH", "DEPLOY", "ADMIN", "SERVICE", "APP",
+        "ACCOUNT", "SERVER", "STORAGE", "SECURITY",
+    }
+)
+"""Words that make an UPPER ``…_KEY`` name a secret's whatever its value looks like
+(``ATTIO_API_KEY``, ``APP_KEY``, ``JWT_SIGNING_KEY``). Any other ``…_KEY`` (``CACHE_KEY``,
+``S3_KEY``, ``ROUTING_KEY``) is a secret only when its value is :func:`token_like`."""
+
+
 def _env_name_is_secret(m: re.Match[str]) -> bool:
     name = m.group("name")
     if name in _NOT_SECRET_NAMES or name.endswith(("_PUBLIC_KEY", "_ID_KEY", "_MAX_TOKENS")):
         return False
-    return name in _SECRET_NAMES or name.endswith(_SECRET_NAME_SUFFIXES)
+    if name in _SECRET_NAMES:
+        return True
+    if name.endswith("_KEY"):
+        words = name.split("_")[:-1]
+        return not _SECRET_KEY_WORDS.isdisjoint(words) or token_like(m.group("v"))
+    return name.endswith(_SECRET_NAME_SUFFIXES)
+
+
+_WORDY_PIECE = re.compile(
+    r"[A-Z]?[a-z]{1,32}|[A-Z]{1,16}|[a-z]{0,12}[0-9]{1,4}[a-z]{0,2}|[0-9]{1,8}", re.ASCII
+)
+_WORDY_SPLIT = re.compile(r"[_\-./:~@]+|(?<=[a-z0-9])(?=[A-Z])", re.ASCII)
+_HAS_DIGIT = re.compile(r"[0-9]", re.ASCII)
+
+
+def token_like(value: str) -> bool:
+    """True when ``value`` looks like a generated secret, not like a name, a path or a
+    key of some store: 8+ characters with a letter, a digit (or 20+ characters), and
+    not made only of words and short numbers joined by ``_ - . / : ~ @`` or camel case
+    (``user_profile_v2``, ``uploads/2024/report.csv``, ``orders.created.v1``,
+    ``MyService.handler`` are not; ``live_9f8e7d6c5b4a3928``, ``R3disPw9xQ2kL`` are)."""
+    if len(value) < 8 or not any(c.isalpha() for c in value):
+        return False
+    if _HAS_DIGIT.search(value) is None and len(value) < 20:
+        return False
+    pieces = [p for p in _WORDY_SPLIT.split(value) if p]
+    return not all(_WORDY_PIECE.fullmatch(p) for p in pieces)
+
+
+_CODE_NAME_WORDS = ("key", "secret", "token")
+_CODE_NAME = re.compile(
+    r"(?:.{0,64}[_.])?(?:api_?key|access_?key|secret_?key|private_?key|client_?secret|secret"
+    r"|(?:access_?|auth_?|refresh_?|api_?|bearer_?|session_?|id_?)?token)",
+    re.ASCII | re.DOTALL,
+)
+
+
+def _code_secret(m: re.Match[str]) -> bool:
+    """A quoted literal assigned to a secret-named variable or key in code or config
+    (``api_key = 'live_…'``, ``clientSecret: "…"``): the name must name a secret
+    (``cache_key`` does not) and the value must be :func:`token_like`."""
+    snake = _CAMEL.sub("_", m.group("name")).lower()
+    return (
+        _CODE_NAME.fullmatch(snake) is not None
+        and not snake.endswith("public_key")
+        and token_like(m.group("v"))
+    )
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_.]{1,512}", re.ASCII)
@@ -100,6 +174,13 @@ class Rule:
     rejects. For the rules whose regex starts with a character class (tried at every
     letter) and whose ``accept`` wants the name to end with one of a few words."""
 
+    probe: re.Pattern[str] | None = None
+    """A regex that finds one of ``any_of`` (and nothing that is not one) in a string,
+    for a rule with many literals: one search instead of one per literal."""
+    stems: tuple[str, ...] = ()
+    """With a ``probe``: literals every one of ``any_of`` contains, for the
+    :class:`RuleSet` quick check."""
+
     def __post_init__(self) -> None:
         for prefix, chars in ((_L, _WORD + "-"), (_LW, _WORD)):
             if self.pattern.pattern.startswith(prefix):
@@ -116,6 +197,8 @@ class Rule:
 
     def may_match(self, text: str, lowered: str) -> bool:
         hay = lowered if self.ignore_case else text
+        if self.probe is not None:
+            return self.probe.search(hay) is not None and all(s in hay for s in self.all_of)
         return any(s in hay for s in self.any_of) and all(s in hay for s in self.all_of)
 
 
@@ -236,7 +319,7 @@ def catalogue() -> tuple[Rule, ...]:
             r"authorization(?:\\?[\"'])?\s{0,4}:\s{0,4}(?:\\?[\"'])?basic\s{1,4}(?P<v>[A-Za-z0-9+/]{8,1024}=*)",
             _I), all_of=("authorization",), ignore_case=True),
         Rule("url_password", ("://",), _r(
-            r":(?<=[A-Za-z0-9+.\-]:)(?:\\?/){2}[^\s:/?#@\"'\\]{1,256}:"
+            r":(?<=[A-Za-z0-9+.\-]:)(?:\\?/){2}[^\s:/?#@\"'\\]{0,256}:"
             r"(?!\[redacted:)(?P<v>[^\s/?#@\"'\\]{1,256})@"), all_of=("@",)),
         Rule("env_secret_assignment", ("KEY", "SECRET", "TOKEN", "PASS", "PWD", "CREDENTIAL"), _r(
             _LW + r"(?P<name>[A-Z][A-Z0-9_]{1,80})(?![A-Za-z0-9_])" + _ASSIGN + _VALUE),
@@ -255,6 +338,16 @@ def catalogue() -> tuple[Rule, ...]:
         Rule("password_assignment", ("password", "passwd"), _r(
             r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))(?:password|passwd)" + _ASSIGN + _VALUE, _I),
             ignore_case=True, accept=_looks_like_password),
+        # ``api_key = 'live_…'``: after the rules above, so an UPPER name or a password
+        # keeps its own kind
+        Rule("code_secret_assignment", _CODE_LITERALS, _r(
+            # not after a word character, nor inside a ``\\n`` escape of raw JSON text
+            r"(?:(?<![A-Za-z0-9_\\])|(?<=\\[nrt]))"
+            r"(?P<name>[A-Za-z_][A-Za-z0-9_]{0,64})" + _CODE_ASSIGN + r"(?!\[redacted:)"
+            r"(?P<v>[^\s\"'\\$`,;()\[\]{}<>][^\s\"'\\`,;()\[\]{}<>]{7,511})(?=\\?[\"'])", _I),
+            ignore_case=True, accept=_code_secret,
+            gate=_ends_then(_CODE_NAME_WORDS, _CODE_ASSIGN),
+            probe=_r(r"(?:key|secret|token) ?[=:] ?(?:'|\\?\")"), stems=_CODE_NAME_WORDS),
     )
 
 
@@ -410,14 +503,18 @@ def ruleset(rules: tuple[Rule, ...], fields: bool = True, private: bool = True) 
     found = _RULESETS.get(key)
     if found is None:
 
-        def union(literals: set[str]) -> re.Pattern[str] | None:
-            ordered = sorted(literals, key=len)
-            return re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
+        def union(chosen: list[Rule]) -> re.Pattern[str] | None:
+            # a rule with a probe is stood for by the words its literals start with
+            # (fewer, plain literals keep the union a fast literal scan)
+            literals = sorted(
+                {s for r in chosen for s in (r.any_of if r.probe is None else r.stems)}, key=len
+            )
+            return re.compile("|".join(re.escape(s) for s in literals)) if literals else None
 
         found = RuleSet(
             rules,
-            union({s for r in rules if not r.ignore_case for s in r.any_of}),
-            union({s for r in rules if r.ignore_case for s in r.any_of}),
+            union([r for r in rules if not r.ignore_case]),
+            union([r for r in rules if r.ignore_case]),
             fields,
             private,
         )

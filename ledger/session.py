@@ -230,7 +230,8 @@ class Session(BaseAggregate[UUID]):
         ``rule`` (``idle_batch``, ``idle_session``, ``unbatched_activity``,
         ``archive_after``), ``threshold_s`` (seconds), ``measured_from`` (the latest
         activity time the rule measured idle time from, on the source's clock where the
-        session has one), ``last_version`` (the stream version the job saw last),
+        session has one, or the timestamp of an operator's later ``resume``, which
+        restarts the clock), ``last_version`` (the stream version the job saw last),
         ``last_position`` (the notification position of the read model it read) and
         ``decided_at`` (the job's ``now``)."""
 
@@ -747,11 +748,16 @@ def _alias_hash(alias_keys: tuple[str, ...]) -> str | None:
 
 
 _RUN_OUTCOMES = {"completed": S.COMPLETED, "failed": S.FAILED, "terminated": S.TERMINATED}
+_KEPT_ON_END = frozenset({S.TERMINATED, S.ARCHIVED})
+"""States an operator's command (or the archive job) put the session in: the agent's own
+end (``SessionEnd``, a run's outcome) arriving later is recorded, the state is kept."""
 
 
 def _next_status(current: SessionStatus, obs: Observation) -> SessionStatus:
     """Map an observed fact onto the lifecycle (DESIGN.md); observed facts never fail."""
     kind = obs.kind
+    if kind in ("Ended", "RunEnded") and current in _KEPT_ON_END:
+        return current
     if kind == "Ended":
         return S.COMPLETED
     if kind == "RunEnded":

@@ -163,6 +163,10 @@ class SessionsProjection(Projection):
                     row["ended_at"] = iso(event.measured_from) or event_time(event)
                 case Session.CommandApplied() if event.to_status in ENDED_STATES:
                     row["ended_at"] = row["ended_at"] or event_time(event)
+                case Session.CommandApplied() if (
+                    event.to_status != event.from_status and event.to_status != SessionStatus.PAUSED
+                ):  # resumed: live again (a fork of an ended session had its end)
+                    row["ended_at"] = None
                 case Session.LinkedToParent():
                     row["parent_id"] = row["parent_id"] or str(event.parent_id)
                     row["parent_tool_use_id"] = event.parent_tool_use_id

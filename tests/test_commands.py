@@ -104,6 +104,43 @@ def test_invalid_transitions_are_refused_with_409_and_append_nothing(
     assert services.ledger.max_position() == head
 
 
+def _hook(services: Services, name: str, key: str, event: str, **fields: object) -> None:
+    body = {"session_id": name, "cwd": "/tmp", "hook_event_name": event, **fields}
+    outcome = ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), key)
+    assert outcome.error is None
+
+
+def test_the_agents_end_after_terminate_or_archive_is_recorded_and_the_state_kept(
+    services: Services, client: TestClient
+) -> None:
+    # An operator terminates a runaway session; the killed agent's SessionEnd comes after.
+    sid = _start(services, "end-after-terminate")
+    _hook(services, "end-after-terminate", "p1", "UserPromptSubmit", prompt="refactor the loader")
+    assert client.post(f"/v1/sessions/{sid}/commands/terminate").status_code == 200
+    _hook(services, "end-after-terminate", "end-1", "SessionEnd", reason="other")
+    session = client.get(f"/v1/sessions/{sid}").json()
+    assert session["status"] == "TERMINATED"
+    last = client.get(f"/v1/sessions/{sid}/events").json()["events"][-1]
+    assert (last["kind"], last["status"], last["reason"]) == ("Ended", "TERMINATED", "other")
+    # Archived, then another SessionEnd (a logout): still ARCHIVED.
+    assert client.post(f"/v1/sessions/{sid}/commands/archive").status_code == 200
+    _hook(services, "end-after-terminate", "end-2", "SessionEnd", reason="logout")
+    session = client.get(f"/v1/sessions/{sid}").json()
+    assert session["status"] == "ARCHIVED"
+    assert [(h["from_status"], h["to_status"], h["cause"]) for h in session["status_history"]][
+        -3:
+    ] == [
+        ("ACTIVE", "PROCESSING", "PromptSubmitted"),
+        ("PROCESSING", "TERMINATED", "CommandApplied"),
+        ("TERMINATED", "ARCHIVED", "CommandApplied"),
+    ]
+    # New activity reopens it, and the reason still names the operator's terminate.
+    _hook(services, "end-after-terminate", "p2", "UserPromptSubmit", prompt="are you there?")
+    events = client.get(f"/v1/sessions/{sid}/events").json()["events"]
+    reopened = next(e for e in events if e["kind"] == "Reopened")
+    assert reopened["from_status"] == "ARCHIVED" and "operator (terminate)" in reopened["reason"]
+
+
 def test_unknown_command_and_session(services: Services, client: TestClient) -> None:
     sid = _start(services, "api-unknown")
     assert client.post(f"/v1/sessions/{sid}/commands/explode").status_code == 400

@@ -289,3 +289,51 @@ def test_a_paused_session_is_not_timed_out_and_activity_reopens_a_timed_out_one(
     assert len(reopened) == 1 and "idle_timeout" in reopened[0].reason
     services.runner.catch_up()
     assert _snapshot(services, sid)["sessions"][0][:2] == ("PROCESSING", None)
+
+
+def test_a_resumed_session_restarts_the_idle_clock_and_is_not_archived_at_once(
+    services: Services,
+) -> None:
+    from ledger.commands import fork_session, run_command
+
+    # A session last active two months ago, paused, and resumed by an operator today.
+    t0 = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
+    today = t0 + timedelta(days=60)
+    sid = str(session_id("claude-code", "jobs-hook-session"))
+    _hook(services, t0, "p1", "UserPromptSubmit", prompt="refactor the loader")
+    run_command(services.ledger, UUID(sid), "pause", "k-pause", t0 + timedelta(minutes=1))
+    assert run_jobs(services, today).sessions.get(sid, []) == ["idle_batch"]  # paused: no timeout
+    resumed = run_command(services.ledger, UUID(sid), "resume", "k-resume", today)
+    assert resumed.to_status == "ACTIVE"
+    # The next tick: measured from the resume, not from the activity before the pause.
+    assert run_jobs(services, today + timedelta(minutes=1)).positions == []
+    services.runner.catch_up()
+    assert _snapshot(services, sid)["sessions"][0][:2] == ("ACTIVE", None)
+    # An hour after the resume it times out, ended at the resume; archive counts from there.
+    later = today + timedelta(hours=1, minutes=1)
+    assert run_jobs(services, later).sessions == {sid: ["idle_session"]}
+    timed_out = next(e for e in _events(services, sid) if e.kind == "TimedOut")
+    command = next(e for e in _events(services, sid) if e.kind == "CommandApplied"
+                   and e.command == "resume")
+    assert timed_out.measured_from == command.timestamp == today
+    assert timed_out.decided_at - timed_out.measured_from >= timedelta(seconds=timed_out.threshold_s)
+    assert timed_out.event_key == f"job:idle_session:{command.originator_version}"
+    assert run_jobs(services, later + timedelta(days=29)).positions == []
+    assert run_jobs(services, today + timedelta(days=30, hours=1)).sessions == {
+        sid: ["archive_after"]
+    }
+    # A fork of the archived session, resumed: not completed or archived by the next tick.
+    fork = fork_session(services.ledger, UUID(sid), "k1", today + timedelta(days=31))
+    assert fork.fork_id is not None
+    fid = str(fork.fork_id)
+    run_command(services.ledger, fork.fork_id, "resume", "k-fork", today + timedelta(days=31))
+    assert run_jobs(services, today + timedelta(days=31, minutes=1)).sessions.get(fid) is None
+    services.runner.catch_up()
+    assert _snapshot(services, fid)["sessions"][0][:2] == ("ACTIVE", None)
+    # A rebuild reproduces every status from the log, without running a job again.
+    before = {s: _snapshot(services, s) for s in (sid, fid)}
+    head = services.ledger.max_position()
+    for name in PROJECTION_CLASSES:
+        services.runner.rebuild(name)
+    assert services.ledger.max_position() == head
+    assert {s: _snapshot(services, s) for s in (sid, fid)} == before

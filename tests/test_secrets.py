@@ -13,15 +13,17 @@ import random
 import re
 import string
 from pathlib import Path
+from uuid import UUID
 
 import httpx
 import pytest
 
-from api.bootstrap import build
+from api.bootstrap import Services, build
 from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.privacy import may_hold_private, redact_text, strip_private
 from ledger.secrets import catalogue, redact_secrets
+from projections import queries
 
 from conftest import FIXTURES, Server, cli, free_port
 
@@ -143,11 +145,43 @@ def _shapes() -> list[tuple[str, str, list[str]]]:
     add("password_assignment", f"password: {s}", s)
     s = "v" + tok(30, ALNUM)
     add("secret_field", json.dumps({"clientSecret": s}), s)
+    # shapes added after review (appended, so the seeded secrets above stay the same)
+    s = "R3" + tok(12, ALNUM)
+    add("url_password", f"REDIS_URL=redis://:{s}@cache:6379/0", s)  # no user
+    s = "pa$$" + tok(10, LOW) + "9" + tok(4, ALNUM)
+    add("env_secret_assignment", f"DB_PASSWORD={s}", s)  # a $ inside a bare value
+    s = "live_" + tok(8, LOW) + "7" + tok(12, "0123456789abcdef")
+    add("code_secret_assignment", f"api_key = '{s}'", s)
+    s = tok(8, "abcdef") + "4" + tok(23, "0123456789abcdef")
+    add("env_secret_assignment", f"SENTRY_KEY={s}", s)  # a generic *_KEY, token value
     return out
 
 
+ORDINARY = [
+    # generic *_KEY names holding names, paths and store keys, not secrets
+    "CACHE_KEY=user_profile_v2",
+    "S3_KEY=uploads/2024/report.csv",
+    "ROUTING_KEY=orders.created.v1",
+    "I18N_KEY=checkout.summary.title",
+    "SORT_KEY=createdAt",
+    # code that names a secret without holding one
+    "token = tokenizer(text, max_length=512)",
+    "secret = None",
+    "password = input()",
+    "api_key = os.environ['OPENAI_API_KEY']",
+    "api_key = os.environ.get('API_KEY', '')",
+    "token = 'your-token-here'",
+    "cache_key = 'user_profile_v2'",
+    "if token == 'abc123def456ghi':",
+    "public_key = 'a1b2c3d4e5f6a7b8c9d0'",
+    "API_KEY=$OPENAI_API_KEY",
+    "REDIS_URL=redis://cache:6379/0",
+]
+"""Lines that name secrets but hold none: kept as they are, in text and stored."""
+
+
 SHAPES = _shapes()
-DOCUMENT = "\n".join(text for _, text, _ in SHAPES)
+DOCUMENT = "\n".join([*(text for _, text, _ in SHAPES), *ORDINARY])
 SECRETS = [s for _, _, parts in SHAPES for s in parts]
 EXPECTED_KINDS = {kind for kind, _, _ in SHAPES}
 
@@ -177,6 +211,14 @@ def test_each_shape_is_redacted_in_text_and_in_raw_json(
     assert not any(s in body for s in secrets)
     assert json.loads(body)["n"] == 1
     assert kind in {r["kind"] for r in redactions} or kind == "secret_field"
+
+
+@pytest.mark.parametrize("line", ORDINARY)
+def test_ordinary_content_that_names_a_secret_is_kept(line: str) -> None:
+    assert redact_secrets(line) == (line, {})
+    raw = json.dumps({"stdout": line})
+    assert redact_text(raw) == (raw, [])
+    assert strip_private({"stdout": line}, raw=raw.encode()) == ({"stdout": line}, [])
 
 
 def test_structured_secret_fields_are_redacted_whole() -> None:
@@ -212,6 +254,10 @@ def test_structured_secret_fields_are_redacted_whole() -> None:
         "X_KEY=" * 100_000,
         '"api_key": "' * 60_000,
         "sk-" * 200_000,
+        "api_key = '" * 80_000,
+        "a_token='a1" * 80_000,
+        "redis://:" * 100_000 + "@",
+        "S3_KEY=a/b.c_" * 60_000,
     ],
     ids=lambda h: h[:12],
 )
@@ -343,9 +389,16 @@ def test_no_secret_is_stored_by_any_ingestion_path(settings: Settings, tmp_path:
             [_transcript_line("secrets-array", "5d0b6a52-5f0e-4c1e-9a55-0000000000a2", DOCUMENT)]
         )
     )
+    # a subagent transcript whose agent-<id>.meta.json agentType holds the document
+    sub = tmp_path / "subagents"
+    sub.mkdir()
+    child = _transcript_line("agent-5ec2e75", "5d0b6a52-5f0e-4c1e-9a55-0000000000a3", "search")
+    child.update(agentId="5ec2e75", isSidechain=True)
+    (sub / "agent-5ec2e75.jsonl").write_text(json.dumps(child) + "\n")
+    (sub / "agent-5ec2e75.meta.json").write_text(json.dumps({"agentType": DOCUMENT}))
     services = build(settings)
     try:
-        summary = import_paths(services.ledger, [jsonl, array])
+        summary = import_paths(services.ledger, [jsonl, array, sub])
         assert summary.result.rejected == 1 and summary.result.appended
         services.runner.catch_up()
         states = [
@@ -363,6 +416,11 @@ def test_no_secret_is_stored_by_any_ingestion_path(settings: Settings, tmp_path:
         if s.encode() in data
     ]
     assert leaks == []
+    # ... while what only names a secret is stored as it was
+    events_db = (settings.data_dir / "events.db").read_bytes() if not settings.database_url else (
+        b"".join(data for where, data in _all_stored_bytes(settings) if where.startswith("pg:"))
+    )
+    assert [line for line in ORDINARY if line.encode() not in events_db] == []
 
     # ... and every redaction was recorded, with its kind and where it was found
     by_origin: dict[str, set[str]] = {}
@@ -392,6 +450,13 @@ def test_no_secret_is_stored_by_any_ingestion_path(settings: Settings, tmp_path:
         missing = EXPECTED_KINDS - {"secret_field"} - by_origin.get(origin, set())
         assert not missing, (origin, missing)
     assert "secret_field" in by_origin["toolu_secret_2"]
+    meta_kinds = {
+        r["kind"]
+        for st in states
+        for r in st.get("redactions") or []
+        if r["path"] == "agent-5ec2e75.meta.json:$.agentType"
+    }
+    assert not EXPECTED_KINDS - {"secret_field"} - meta_kinds
     paths = {r["path"] for st in states for r in st.get("redactions") or []}
     assert {
         "$.prompt",
@@ -405,6 +470,26 @@ def test_no_secret_is_stored_by_any_ingestion_path(settings: Settings, tmp_path:
         for st in states
         for r in st.get("redactions") or []
     )
+
+
+def test_a_subagent_type_read_from_its_meta_json_goes_through_privacy(
+    services: Services, tmp_path: Path
+) -> None:
+    pat = "ghp_" + tok(36)
+    child = _transcript_line("agent-7e5", "5d0b6a52-5f0e-4c1e-9a55-0000000000b1", "look")
+    child.update(agentId="7e5", isSidechain=True)
+    (tmp_path / "agent-7e5.jsonl").write_text(json.dumps(child) + "\n")
+    (tmp_path / "agent-7e5.meta.json").write_text(json.dumps({"agentType": f"reviewer {pat}"}))
+    import_paths(services.ledger, [tmp_path])
+    services.runner.catch_up()
+    (row,) = [s for s in queries.list_sessions(services.models) if s["agent_type"]]
+    assert row["agent_type"] == "reviewer [redacted:github_pat]"
+    events = list(services.ledger.events.get(UUID(row["id"])))
+    assert [e.kind for e in events][:2] == ["Opened", "PromptSubmitted"]
+    assert [(r.kind, r.path) for r in events[1].redactions] == [
+        ("github_pat", "agent-7e5.meta.json:$.agentType")
+    ]
+    assert not any(pat in json.dumps(e.model_dump(mode="json")) for e in events)
 
 
 # -- false positives on real data -------------------------------------------------------

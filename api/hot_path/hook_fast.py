@@ -128,6 +128,23 @@ SECRET_RULES = (
          b'secret\\\\', b'token"', b'token\\"', b'token\\\\'),
         (),
     ),
+    (
+        True,
+        (b'key : "', b"key : '", b'key : \\"', b'key :"', b"key :'", b'key :\\"',
+         b'key = "', b"key = '", b'key = \\"', b'key ="', b"key ='", b'key =\\"',
+         b'key: "', b"key: '", b'key: \\"', b'key:"', b"key:'", b'key:\\"', b'key= "',
+         b"key= '", b'key= \\"', b'key="', b"key='", b'key=\\"', b'secret : "',
+         b"secret : '", b'secret : \\"', b'secret :"', b"secret :'", b'secret :\\"',
+         b'secret = "', b"secret = '", b'secret = \\"', b'secret ="', b"secret ='",
+         b'secret =\\"', b'secret: "', b"secret: '", b'secret: \\"', b'secret:"',
+         b"secret:'", b'secret:\\"', b'secret= "', b"secret= '", b'secret= \\"',
+         b'secret="', b"secret='", b'secret=\\"', b'token : "', b"token : '",
+         b'token : \\"', b'token :"', b"token :'", b'token :\\"', b'token = "',
+         b"token = '", b'token = \\"', b'token ="', b"token ='", b'token =\\"',
+         b'token: "', b"token: '", b'token: \\"', b'token:"', b"token:'", b'token:\\"',
+         b'token= "', b"token= '", b'token= \\"', b'token="', b"token='", b'token=\\"'),
+        (),
+    ),
     (True, (b'passwd', b'password'), ()),
     (True, (b'secret',), ()),
 )
@@ -166,6 +183,22 @@ def record_bytes(agent: str, body: bytes, key: str, at: str, redactions: bytes =
     return header + b"\n" + body + b"\n"
 
 
+def _by_stem(any_of: tuple[bytes, ...]) -> tuple[tuple[bytes, tuple[bytes, ...]], ...]:
+    """A rule's literals grouped by their first four bytes, when it has many: a stem
+    absent from the body rules out every literal of its group with one search."""
+    if len(any_of) <= 8:
+        return tuple((literal, (literal,)) for literal in any_of)
+    groups: dict[bytes, list[bytes]] = {}
+    for literal in any_of:
+        groups.setdefault(literal[:4], []).append(literal)
+    return tuple((stem, tuple(group)) for stem, group in sorted(groups.items()))
+
+
+_SECRET_STEMS = tuple(
+    (any_case, _by_stem(any_of), all_of) for any_case, any_of, all_of in SECRET_RULES
+)
+
+
 def may_hold_secret(body: bytes) -> bool:
     """Exact pre-check: False only when no rule of the catalogue can match a string of
     the JSON ``body`` (its literals absent in the rule's case; no escape that could
@@ -173,10 +206,10 @@ def may_hold_secret(body: bytes) -> bool:
     lower = body.lower()
     if b"\\u00" in lower or b"\\/" in lower:
         return True
-    for any_case, any_of, all_of in SECRET_RULES:
+    for any_case, stems, all_of in _SECRET_STEMS:
         hay = lower if any_case else body
-        for literal in any_of:
-            if literal in hay:
+        for stem, group in stems:
+            if stem in hay and any(literal in hay for literal in group):
                 break
         else:
             continue
