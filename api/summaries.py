@@ -11,9 +11,11 @@ recorded with the reason (``fallback_reason``) and any tokens the failed call co
 
 Run by ``hookledger serve`` every ``settings.summaries_interval_s`` seconds in its own
 thread (a slow model never delays ingestion or projections) and by
-``hookledger summaries run --once``. Event keys (``summary:batch:<n>``,
-``summary:session:<position of the end>``) make a second run, or two workers at once,
-append nothing twice.
+``hookledger summaries run --once``. Event keys (``summary:batch:<n>:<position of the
+batch's latest activity>``, ``summary:session:<position of the end>``) make a second run,
+or two workers at once, append nothing twice; a batch with activity after its summary
+(a turn the idle job closed that went on) gets a new key, and the new summary replaces
+the old one.
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ def run_summaries(
     spent = _Spent()
     with services.models.engine.connect() as conn:
         batches = pending_batches(conn, tables, limit)
-    for sid, n, head in batches:
-        _summarise(services, tables, summariser, now, report, spent, "batch", sid, n, f"summary:batch:{n}", head)
+    for sid, n, head, activity in batches:
+        key = f"summary:batch:{n}:{activity}"
+        _summarise(services, tables, summariser, now, report, spent, "batch", sid, n, key, head)
     # session summaries after the batches' are in the read model: their observations
     # are not repeated
     services.runner.catch_up()

@@ -131,6 +131,11 @@ def _batches(md: MetaData, sfx: str) -> list[Table]:
             Column("agent_cost_usd", Float),
             Column("first_position", BigInteger, nullable=False),
             Column("last_position", BigInteger, nullable=False),
+            # the latest observed event of the batch (not a job's or operator's decision)
+            Column("activity_position", BigInteger, nullable=False),
+            # the latest event that ended its activity: TurnEnded, the next prompt, the
+            # session's end, BatchClosed, ActivitiesAttached, TimedOut (None: still open)
+            Column("settled_position", BigInteger),
         )
     ]
 
@@ -276,6 +281,9 @@ def _summaries(md: MetaData, sfx: str) -> list[Table]:
             Column("detail", Text, nullable=False),
             Column("files", Text, nullable=False),
             Column("recorded_at", String(32), nullable=False),
+            # position of the later summary of the same scope and batch that replaced
+            # this one's summary (None: current)
+            Column("superseded_by", BigInteger),
         ),
     ]
 

@@ -2,7 +2,9 @@
 the queries the summary worker (:mod:`api.summaries`) nominates work with.
 
 One row per (session, scope, batch): a later summary of the same scope replaces it (a
-session reopened and ended again is summarised again). Observations are kept per event.
+session reopened and ended again is summarised again; a batch with activity after its
+summary is summarised again). Observations are kept per event; those of a replaced
+summary are marked ``superseded_by`` the replacing summary's position.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ class SummariesProjection(Projection):
         sid = str(event.originator_id)
         batch = _batch_key(event)
         at = iso(event.timestamp) or ""
+        old = rows.get("summaries", (sid, event.scope, batch))
+        if old is not None and old["position"] != position:
+            for i in range(old["observation_count"]):
+                replaced = rows.get("observations", (sid, old["position"], i))
+                if replaced is not None and replaced["superseded_by"] is None:
+                    replaced["superseded_by"] = position
+                    rows.touch("observations", (sid, old["position"], i))
         rows.put(
             "summaries",
             (sid, event.scope, batch),
@@ -82,6 +91,7 @@ class SummariesProjection(Projection):
                     "detail": o.detail,
                     "files": _json(o.files),
                     "recorded_at": at,
+                    "superseded_by": None,
                 },
             )
 
@@ -93,21 +103,30 @@ def _batch_key(event: Session.Summarised) -> int:
 # -- queries --------------------------------------------------------------------------
 
 
-def pending_batches(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int]]:
-    """(session id, batch, session head position) of completed prompt batches that have
-    no summary yet, oldest first."""
+def pending_batches(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int, int]]:
+    """(session id, batch, session head position, the batch's activity position) of
+    completed prompt batches that have no summary yet, and of batches with activity
+    after their summary's ``through_position`` once that activity has ended (a turn the
+    idle job closed that then went on: a later ``TurnEnded``, ``ActivitiesAttached``,
+    next prompt …), oldest first."""
     b, s, sm = tables["prompt_batches"], tables["sessions"], tables["summaries"]
-    done = select(sm.c.session_id).where(
-        sm.c.session_id == b.c.session_id, sm.c.scope == "batch", sm.c.batch == b.c.batch
-    )
+    summary = and_(sm.c.session_id == b.c.session_id, sm.c.scope == "batch", sm.c.batch == b.c.batch)
     query = (
-        select(b.c.session_id, b.c.batch, s.c.head_position)
+        select(b.c.session_id, b.c.batch, s.c.head_position, b.c.activity_position)
         .join(s, s.c.id == b.c.session_id)
-        .where(b.c.status == "completed", ~done.exists())
+        .outerjoin(sm, summary)
+        .where(
+            b.c.status == "completed",
+            sm.c.session_id.is_(None)
+            | (
+                (sm.c.through_position < b.c.activity_position)
+                & (b.c.settled_position >= b.c.activity_position)
+            ),
+        )
         .order_by(b.c.last_position, b.c.session_id, b.c.batch)
         .limit(limit)
     )
-    return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(query)]
+    return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in conn.execute(query)]
 
 
 def pending_sessions(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int]]:
@@ -166,8 +185,11 @@ def summaries_of(conn: Connection, tables: dict[str, Table], session_id: str) ->
 
 
 def observation_titles(conn: Connection, table: Table, session_id: str) -> set[tuple[str, str]]:
-    """(kind, title) of the observations already recorded for a session."""
-    return {(r[0], r[1]) for r in conn.execute(select(table.c.kind, table.c.title).where(table.c.session_id == session_id))}
+    """(kind, title) of the current (not superseded) observations recorded for a session."""
+    query = select(table.c.kind, table.c.title).where(
+        table.c.session_id == session_id, table.c.superseded_by.is_(None)
+    )
+    return {(r[0], r[1]) for r in conn.execute(query)}
 
 
 def all_tables(models: Any, names: Sequence[str]) -> dict[str, Table]:

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from api.bootstrap import Services
+from api.bootstrap import Services, build
 from api.jobs import run_jobs
 from api.summaries import run_summaries
 from ledger.importer import import_paths
@@ -352,3 +352,82 @@ def test_the_prompt_names_every_observation_kind() -> None:
     from ledger.llm_summary import SYSTEM_PROMPT
 
     assert all(kind in SYSTEM_PROMPT for kind in OBSERVATION_KINDS)
+
+
+# -- a batch summary is redone when the batch's activity goes on after it -------------
+
+
+def _observations(services: Services, **where: Any) -> list[dict[str, Any]]:
+    ob = services.models.table("observations")
+    query = select(ob).order_by(ob.c.position, ob.c.idx)
+    for name, value in where.items():
+        query = query.where(ob.c[name] == value)
+    with services.models.engine.connect() as conn:
+        return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def test_a_batch_summary_written_mid_turn_is_redone_when_the_turn_goes_on(
+    services: Services, other_settings: Any, tmp_path: Path
+) -> None:
+    """The spotter session as it was at 21:10:37, when `mix test …project_review_live_test…`
+    had just failed: the idle job closes the batch, the worker summarises it (the test
+    "fails"). The turn then goes on (the test passes at 21:11:37): once that activity is
+    attached to the batch, the batch is summarised again — the same summary a straight
+    import gives — and the first summary's observations are superseded (also in search)."""
+    lines = SPOTTER.read_bytes().splitlines(keepends=True)
+    records = [json.loads(line) for line in lines]
+    cut = next(i for i, r in enumerate(records) if r.get("timestamp") == "2026-02-11T21:10:37.131Z") + 1
+    grown = tmp_path / SPOTTER.name
+    grown.write_bytes(b"".join(lines[:cut]))
+    import_paths(services.ledger, [grown])
+    last = datetime.fromisoformat(records[cut - 1]["timestamp"].replace("Z", "+00:00"))
+    assert run_jobs(services, last + timedelta(minutes=5, seconds=1)).decisions == {"idle_batch": 1}
+    run_summaries(services, now=LATER)
+    (mid,) = [r for r in _summaries(services) if r["scope"] == "batch"]
+    failing = next(c for c in mid["commands_failed"] if "project_review_live_test" in c)
+    assert any(o["kind"] == "gotcha" and failing in o["title"] for o in _observations(services))
+
+    # the turn goes on until the next typed prompt ("did you push?"); the jobs attach
+    # that activity to the batch, as a server running them every minute would
+    follow = next(i for i, r in enumerate(records) if i > cut and r.get("type") == "user"
+                  and r.get("message", {}).get("content") == "did you push?")
+    grown.write_bytes(b"".join(lines[:follow]))
+    import_paths(services.ledger, [grown])
+    last = max(datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00")) for r in records[:follow] if r.get("timestamp"))
+    assert "unbatched_activity" in run_jobs(services, last + timedelta(minutes=5, seconds=1)).decisions
+    grown.write_bytes(b"".join(lines))  # and the rest of the session
+    import_paths(services.ledger, [grown])
+    _close_everything(services)
+    run_summaries(services, now=LATER)
+    redone = next(r for r in _summaries(services) if r["scope"] == "batch" and r["batch"] == mid["batch"])
+    assert redone["position"] > mid["position"]
+    assert not any(failing in s for s in redone["next_steps"])
+    current = _observations(services, superseded_by=None)
+    assert any(o["kind"] == "bug_fix" and failing in o["title"] and o["batch"] == mid["batch"] for o in current)
+    assert not any(o["kind"] == "gotcha" and failing in o["title"] for o in current)
+    old = _observations(services, position=mid["position"])
+    assert old and {o["superseded_by"] for o in old} == {redone["position"]}
+    docs = services.models.table("search_documents")
+    with services.models.engine.connect() as conn:
+        bodies = [r[0] for r in conn.execute(select(docs.c.body).where(docs.c.kind == "observation"))]
+    assert not any(b.startswith(f"`{failing}` fails") for b in bodies)
+
+    # the same batch summary as a straight import of the whole session
+    straight = build(other_settings)
+    try:
+        import_paths(straight.ledger, [SPOTTER])
+        _close_everything(straight)
+        run_summaries(straight, now=LATER)
+        same = next(r for r in _summaries(straight) if r["scope"] == "batch" and r["batch"] == mid["batch"])
+    finally:
+        straight.close()
+    facts = ("request", "investigated", "learned", "completed", "next_steps", "files_read", "files_edited",
+             "commands_failed", "observation_count")
+    assert {k: redone[k] for k in facts} == {k: same[k] for k in facts}
+
+    # nothing new: a second run appends nothing; a rebuild gives the same rows
+    head = services.ledger.max_position()
+    assert run_summaries(services, now=LATER).positions == [] and services.ledger.max_position() == head
+    before = (_summaries(services), _observations(services))
+    services.runner.rebuild("summaries")
+    assert (_summaries(services), _observations(services)) == before
