@@ -220,7 +220,9 @@ def deterministic_summary(facts: SummaryFacts) -> SummaryDraft:
                 failed.setdefault(command, (i, error_line))
             elif command in failed and command not in fixed:
                 start = failed[command][0]
-                between = [p for t in facts.tools[start:i] if t.name in EDIT_TOOLS for p in tool_paths(t)]
+                between = [
+                    p for t in facts.tools[start:i] if t.name in EDIT_TOOLS and not t.is_error for p in tool_paths(t)
+                ]
                 if between:
                     fixed[command] = _unique(between)
         elif tool.is_error and tool.name not in EDIT_TOOLS | READ_TOOLS:

@@ -431,3 +431,52 @@ def test_a_batch_summary_written_mid_turn_is_redone_when_the_turn_goes_on(
     before = (_summaries(services), _observations(services))
     services.runner.rebuild("summaries")
     assert (_summaries(services), _observations(services)) == before
+
+
+# -- failed and rejected edits are not edits ------------------------------------------
+
+REJECTED = "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file)."
+
+
+def test_a_rejected_edit_is_never_named_as_edited(
+    services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spotter session with one of the edits between the failing and the passing
+    `mix test …project_review_live_test…` (of config/test.exs, its only edit) turned into
+    a rejected one, as Claude Code records a user's "no": the summaries, the bug_fix
+    observation and the context digest do not name that file."""
+    rejected = "/home/USER/projects/spotter-worktrees/spotter-gqc/config/test.exs"
+    out = []
+    ids: set[str] = set()
+    for line in SPOTTER.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        for block in (rec.get("message") or {}).get("content") or ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use" and block.get("name") == "Edit" and block["input"].get("file_path") == rejected:
+                ids.add(block["id"])
+            if block.get("type") == "tool_result" and block.get("tool_use_id") in ids:
+                block.update(is_error=True, content=REJECTED)
+                rec["toolUseResult"] = "Error: " + REJECTED
+        out.append(json.dumps(rec))
+    assert len(ids) == 1
+    path = tmp_path / SPOTTER.name
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    import_paths(services.ledger, [path])
+    _close_everything(services)
+    run_summaries(services, now=LATER)
+    edited, _ = independent_facts(path)
+    assert rejected not in edited
+    rows = _summaries(services)
+    assert {f for r in rows if r["scope"] == "session" for f in r["files_edited"]} == edited
+    found = _observations(services)
+    fix = next(o for o in found if o["kind"] == "bug_fix" and "project_review_live_test" in o["title"])
+    assert rejected not in json.loads(fix["files"]) and rejected not in fix["detail"]
+    assert set(json.loads(fix["files"])) <= edited
+    assert not any(rejected in line for r in rows for line in json.loads(r["learned"]))
+    from projections import context
+
+    monkeypatch.setattr(context, "FILES_PER_SESSION", 100)  # every file it names
+    cwd = queries.list_sessions(services.models, limit=1)[0]["cwd"]
+    digest = context.project_digest(services.models, cwd, max_chars=100_000)
+    assert "Files edited" in digest and "config/test.exs" not in digest
