@@ -37,7 +37,12 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7407
-EXPECTED_SHA256 = "926ac5481bfa3457dc60e3f58d60df5a5c675dab88149948da0fd0826f57a80e"
+EXPECTED_SHA256 = "67cbce187e92f892192e1c514c6802fc8bbaa9de3aff5b85637e03241d98d7c1"
+# Re-derived on 2026-11-25 (fix-summaries): the same 7,407 rows; a Codex rollout's
+# function_call_output that is text for a call Codex did not run ("failed in sandbox …
+# exit code: 2", "patch rejected by user") is now a failed ToolCallCompleted (is_error,
+# error = its first line): 4 rows of the agentcmd rollout 01997e76, and the rows after
+# them in its stream differ only in their digest.
 # Re-derived on 2026-11-25, later still: a tool call's completion whose start the
 # stream never saw now appends a ToolCallStarted derived from it first (record_key
 # ``derived:…``; Session._start_unseen_call), and a start arriving after that is kept as

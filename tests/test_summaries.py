@@ -6,6 +6,7 @@ dead server, a nonsense answer); idempotency, rebuild, liveness, API and CLI."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from api.jobs import run_jobs
 from api.summaries import run_summaries
 from ledger.importer import import_paths
 from ledger.llm_summary import LLMConfig, LLMSummariser
+from ledger.summary import clip
 from projections import pricing, queries
 
 from conftest import FIXTURES, Server, cli, free_port
@@ -480,3 +482,61 @@ def test_a_rejected_edit_is_never_named_as_edited(
     cwd = queries.list_sessions(services.models, limit=1)[0]["cwd"]
     digest = context.project_digest(services.models, cwd, max_chars=100_000)
     assert "Files edited" in digest and "config/test.exs" not in digest
+
+
+# -- Codex: apply_patch through the shell is an edit; a command that passed later is not failing
+
+
+CODEX_ROLLOUT = FIXTURES / "agentcmd-codex-rollouts" / "rollout-2025-09-24T19-22-20-01997e76-d124-7592-9cac-2ec05abbca08.jsonl"
+_PATCH_LINE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
+
+
+def codex_shell_runs(path: Path) -> list[tuple[str, bool]]:
+    """(script, passed) of every ``shell`` call of a Codex rollout, in order, read with
+    plain json: the script is ``argv[2]`` of ``["bash", "-lc", script]``; it passed when its
+    output is a JSON object with ``metadata.exit_code`` 0."""
+    calls: dict[str, str] = {}
+    runs: list[tuple[str, bool]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        payload = json.loads(line).get("payload") or {}
+        if payload.get("type") == "function_call" and payload.get("name") == "shell":
+            argv = json.loads(payload["arguments"])["command"]
+            calls[payload["call_id"]] = argv[2] if len(argv) >= 3 and argv[1] in ("-lc", "-c") else " ".join(argv)
+        elif payload.get("type") == "function_call_output" and payload.get("call_id") in calls:
+            try:
+                passed = json.loads(payload["output"])["metadata"]["exit_code"] == 0
+            except (ValueError, KeyError, TypeError):
+                passed = False
+            runs.append((calls[payload["call_id"]].strip(), passed))
+    return runs
+
+
+def test_codex_apply_patch_is_an_edit_and_a_command_that_passed_later_is_not_failing(services: Services) -> None:
+    """The real Codex rollout edits only with ``apply_patch`` through ``shell``; in its
+    batch 11 `pnpm … check-types` failed twice, files were patched, and it passed."""
+    import_paths(services.ledger, [CODEX_ROLLOUT])
+    _close_everything(services)
+    run_summaries(services, now=LATER)
+    runs = codex_shell_runs(CODEX_ROLLOUT)
+    patches = [s for s, _ in runs if s.startswith("apply_patch")]
+    edited = {p.strip() for s, ok in runs if ok and s.startswith("apply_patch") for p in _PATCH_LINE.findall(s)}
+    assert patches and edited
+    commands = [(s, ok) for s, ok in runs if not s.startswith("apply_patch")]
+    latest = dict(commands)  # the outcome of each command's latest run
+    rows = _summaries(services)
+    (session,) = [r for r in rows if r["scope"] == "session"]
+    assert set(session["files_edited"]) == edited
+    assert {c for r in rows for c in r["commands_failed"]} == {s for s, ok in commands if not ok}
+    assert not any(c.startswith("apply_patch") for r in rows for c in r["commands_failed"])
+    current = _observations(services, superseded_by=None)
+    for r in rows:
+        steps = " ".join(json.loads(r["next_steps"]))
+        for command, ok in latest.items():
+            if ok:  # passed at its latest run: never a next step, never a gotcha
+                assert f"`{clip(command, 120)}` pass" not in steps
+                assert not any(o["kind"] == "gotcha" and o["title"] == f"`{clip(command, 120)}` fails" for o in current)
+    check = "pnpm --filter @repo/spectora-labs check-types"
+    batch = next(r for r in rows if r["scope"] == "batch" and check in r["commands_failed"])
+    assert any(check in line for line in json.loads(batch["completed"]) if line.startswith("Now passing"))
+    fix = next(o for o in current if o["kind"] == "bug_fix" and check in o["title"] and o["batch"] == batch["batch"])
+    assert set(json.loads(fix["files"])) <= edited and json.loads(fix["files"])
