@@ -29,11 +29,10 @@ from uuid import UUID
 
 from ledger.jobs import append_decision
 from ledger.llm_summary import (
-    SYSTEM_PROMPT,
     LLMSummariser,
     SummariserUnavailable,
     budget_refusal,
-    estimate_tokens,
+    call_estimate,
 )
 from ledger.session import Session
 from ledger.summary import SummaryFacts, deterministic_summary
@@ -174,7 +173,7 @@ def _try_llm(
     one's fields with the reason and what a failed call cost."""
     config = summariser.config
     text = summariser.request_text(facts, draft)
-    need = estimate_tokens(SYSTEM_PROMPT + text) + config.max_output_tokens
+    need = sum(call_estimate(config, text))
     day_start = iso(now.replace(hour=0, minute=0, second=0, microsecond=0)) or ""
     with services.models.engine.connect() as conn:
         day, session = tokens_spent(conn, tables["summaries"], day_start, sid)
@@ -195,6 +194,7 @@ def _try_llm(
             "input_tokens": e.input_tokens,
             "output_tokens": e.output_tokens,
             "cost_usd": _cost(config.model, e.input_tokens, e.output_tokens),
+            "tokens_estimated": e.estimated,
         }
     _charge(spent, sid, result.input_tokens + result.output_tokens)
     return {
@@ -204,6 +204,7 @@ def _try_llm(
         "input_tokens": result.input_tokens,
         "output_tokens": result.output_tokens,
         "cost_usd": _cost(result.model, result.input_tokens, result.output_tokens),
+        "tokens_estimated": result.estimated,
     }
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -162,7 +163,7 @@ class StandIn:
     """A local server speaking ``POST /v1/chat/completions`` (the OpenAI API shape that
     llama.cpp and Ollama also serve). ``mode``: ``ok``, ``nonsense`` or ``error``."""
 
-    def __init__(self, usage: tuple[int, int] = (1000, 500)) -> None:
+    def __init__(self, usage: tuple[int, int] | None = (1000, 500)) -> None:
         self.mode = "ok"
         self.usage = usage
         self.requests: list[dict[str, Any]] = []
@@ -188,20 +189,20 @@ class StandIn:
             "observations": [{"kind": "decision", "title": "Use the stand-in", "detail": "", "files": []}],
         }
         content = json.dumps(reply) if self.mode == "ok" else "I cannot do that."
-        return JSONResponse(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                "usage": {
-                    "prompt_tokens": self.usage[0],
-                    "completion_tokens": self.usage[1],
-                    "total_tokens": sum(self.usage),
-                },
+        answer: dict[str, Any] = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        }
+        if self.usage is not None:  # None: a server that reports no usage (some local ones)
+            answer["usage"] = {
+                "prompt_tokens": self.usage[0],
+                "completion_tokens": self.usage[1],
+                "total_tokens": sum(self.usage),
             }
-        )
+        return JSONResponse(answer)
 
     def __enter__(self) -> StandIn:
         self.thread.start()
@@ -540,3 +541,60 @@ def test_codex_apply_patch_is_an_edit_and_a_command_that_passed_later_is_not_fai
     assert any(check in line for line in json.loads(batch["completed"]) if line.startswith("Now passing"))
     fix = next(o for o in current if o["kind"] == "bug_fix" and check in o["title"] and o["batch"] == batch["batch"])
     assert set(json.loads(fix["files"])) <= edited and json.loads(fix["files"])
+
+
+# -- a server that reports no usage is charged the estimate ---------------------------
+
+
+def _summarised(services: Services) -> list[Any]:
+    """Every Summarised event in the log (the append-only record of what was spent)."""
+    from ledger.session import Session
+
+    found = []
+    for sid in [s["id"] for s in queries.list_sessions(services.models, limit=1000)]:
+        found += [e for e in services.ledger.events.get(UUID(sid)) if isinstance(e, Session.Summarised)]
+    return found
+
+
+def test_a_server_that_reports_no_usage_is_charged_the_estimate(services: Services) -> None:
+    """Some servers (llama.cpp builds, proxies) answer without ``usage``: each call is then
+    recorded and charged at its pre-call estimate, so the day budget still stops calls."""
+    import_paths(services.ledger, [SPOTTER, FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"])
+    _close_everything(services)
+    day = 4000
+    with StandIn(usage=None) as llm:
+        run_summaries(services, _llm(llm.url, day_tokens=day, session_tokens=day), now=LATER)
+    # what the calls made were budgeted at (system prompt + facts, 3 characters a token,
+    # plus max_tokens), from the requests the server received
+    asked = [len(r["messages"][0]["content"] + r["messages"][1]["content"]) // 3 + 1 + r["max_tokens"] for r in llm.requests]
+    assert asked and sum(asked) <= day
+    events = _summarised(services)
+    called = [e for e in events if e.summariser == "llm"]
+    assert len(called) == len(llm.requests) < len(events)
+    assert sorted(e.input_tokens + e.output_tokens for e in called) == sorted(asked)
+    for e in called:
+        assert getattr(e, "tokens_estimated", False) and e.output_tokens == 100  # max_output_tokens
+        assert e.input_tokens > 0 and e.cost_usd == pytest.approx(pricing.cost_usd("gpt-4o-mini", e.input_tokens, 100))
+    assert sum(e.input_tokens + e.output_tokens for e in events) <= day
+    assert {e.fallback_reason for e in events if e.summariser != "llm"} <= {"budget_exhausted:day", "budget_exhausted:session"}
+    assert not any(e.tokens_estimated for e in events if e.summariser != "llm")
+
+
+def test_a_version_1_summary_reads_as_not_estimated(services: Services) -> None:
+    """Summarised events stored before class_version 2 have no ``tokens_estimated``: the
+    upcast reads them as False (usage was the server's)."""
+    import orjson
+
+    from ledger.envelope import RAW_SEPARATOR, stored_bytes
+    from ledger.session import Session
+
+    import_paths(services.ledger, [FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"])
+    _close_everything(services)
+    run_summaries(services, now=LATER)
+    event = _summarised(services)[0]
+    head, sep, raw = stored_bytes(event).partition(RAW_SEPARATOR)
+    state = orjson.loads(head)
+    assert state.pop("class_version") == 2 and state.pop("tokens_estimated") is False
+    topic = f"{Session.Summarised.__module__}:{Session.Summarised.__qualname__}"
+    old = services.ledger.mapper.decode(topic, orjson.dumps(state) + sep + raw, event.originator_id, event.originator_version)
+    assert old.tokens_estimated is False and old.input_tokens == event.input_tokens
