@@ -48,7 +48,10 @@ from projections.summaries import (
 )
 
 SOURCE_FORMAT = "hookledger.summary"
-TABLES = ("prompt_batches", "sessions", "summaries", "observations", "tool_calls", "plans", "status_history")
+TABLES = (
+    "prompt_batches", "sessions", "summaries", "observations", "summary_spend", "tool_calls", "plans",
+    "status_history",
+)
 LIMIT = 200
 """Batches and sessions summarised per run at most (the next run takes the rest)."""
 
@@ -176,7 +179,7 @@ def _try_llm(
     need = sum(call_estimate(config, text))
     day_start = iso(now.replace(hour=0, minute=0, second=0, microsecond=0)) or ""
     with services.models.engine.connect() as conn:
-        day, session = tokens_spent(conn, tables["summaries"], day_start, sid)
+        day, session = tokens_spent(conn, tables["summary_spend"], day_start, sid)
     day += spent.day
     session += spent.sessions.get(sid, 0)
     refusal = budget_refusal(config, need, day, session)

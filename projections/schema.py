@@ -285,6 +285,14 @@ def _summaries(md: MetaData, sfx: str) -> list[Table]:
             # this one's summary (None: current)
             Column("superseded_by", BigInteger),
         ),
+        Table(  # what every summary cost, kept when a later summary replaces it
+            "summary_spend" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("position", BigInteger, primary_key=True),
+            Column("tokens", BigInteger, nullable=False),  # input + output tokens
+            Column("recorded_at", String(32), nullable=False),
+        ),
     ]
 
 

@@ -4,7 +4,9 @@ the queries the summary worker (:mod:`api.summaries`) nominates work with.
 One row per (session, scope, batch): a later summary of the same scope replaces it (a
 session reopened and ended again is summarised again; a batch with activity after its
 summary is summarised again). Observations are kept per event; those of a replaced
-summary are marked ``superseded_by`` the replacing summary's position.
+summary are marked ``superseded_by`` the replacing summary's position. ``summary_spend``
+keeps one row per summary that cost tokens (the budget counts it: a replaced summary was
+still paid for).
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ class SummariesProjection(Projection):
                 "recorded_at": at,
             },
         )
+        tokens = event.input_tokens + event.output_tokens
+        if tokens:
+            rows.put("summary_spend", (sid, position), {
+                "session_id": sid, "position": position, "tokens": tokens, "recorded_at": at,
+            })
         for i, o in enumerate(event.observations):
             rows.put(
                 "observations",
@@ -157,8 +164,9 @@ def pending_sessions(conn: Connection, tables: dict[str, Table], limit: int) -> 
 
 def tokens_spent(conn: Connection, table: Table, since: str, session_id: str) -> tuple[int, int]:
     """Summariser tokens (prompt + completion) recorded since ``since`` (ISO time), and
-    recorded for ``session_id`` ever."""
-    total = func.coalesce(func.sum(table.c.input_tokens + table.c.output_tokens), 0)
+    recorded for ``session_id`` ever, from ``summary_spend`` (``table``): one row per
+    ``Summarised`` event that cost tokens, never replaced."""
+    total = func.coalesce(func.sum(table.c.tokens), 0)
     day = conn.execute(select(total).where(table.c.recorded_at >= since)).scalar_one()
     session = conn.execute(select(total).where(table.c.session_id == session_id)).scalar_one()
     return int(day), int(session)

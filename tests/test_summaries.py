@@ -44,6 +44,7 @@ CLAUDE_TRANSCRIPTS = sorted(
 )
 LATER = datetime(2030, 1, 1, tzinfo=UTC)  # every fixture session is idle by then
 SPOTTER = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+FOUR = FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"
 
 
 def _blocks(path: Path) -> Iterator[dict[str, Any]]:
@@ -598,3 +599,44 @@ def test_a_version_1_summary_reads_as_not_estimated(services: Services) -> None:
     topic = f"{Session.Summarised.__module__}:{Session.Summarised.__qualname__}"
     old = services.ledger.mapper.decode(topic, orjson.dumps(state) + sep + raw, event.originator_id, event.originator_version)
     assert old.tokens_estimated is False and old.input_tokens == event.input_tokens
+
+
+# -- the per-session budget counts every summary ever paid for ------------------------
+
+
+def test_session_budget_holds_across_reopen_cycles(services: Services, settings: Any, tmp_path: Path) -> None:
+    """full-session-four.jsonl imported one prompt at a time, each part timed out by the
+    jobs (reopened by the next): every cycle writes a batch and a session summary, and a
+    new session summary replaces the last one in ``summaries``. What the model was paid
+    for in the session never exceeds its budget."""
+    lines = FOUR.read_bytes().splitlines(keepends=True)
+    records = [json.loads(line) for line in lines]
+    prompts = [i for i, r in enumerate(records) if r.get("type") == "user" and isinstance(r.get("message", {}).get("content"), str)
+               and not r.get("isMeta") and not r["message"]["content"].startswith(("<", "Caveat:"))]
+    assert len(prompts) == 3
+    grown = tmp_path / FOUR.name
+    budget = 5000
+    with StandIn(usage=(1000, 500)) as llm:
+        for end in [prompts[1], prompts[2], len(lines)]:
+            grown.write_bytes(b"".join(lines[:end]))
+            import_paths(services.ledger, [grown])
+            last = max(datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00")) for r in records[:end] if r.get("timestamp"))
+            assert "idle_session" in run_jobs(services, last + timedelta(hours=1)).decisions
+            run_summaries(services, _llm(llm.url, session_tokens=budget), now=last + timedelta(hours=1))
+    events = _summarised(services)
+    assert len([e for e in events if e.scope == "session"]) == 3
+    assert sum(e.input_tokens + e.output_tokens for e in events) <= budget
+    assert any(e.fallback_reason == "budget_exhausted:session" for e in events)
+
+    # a read-model database from before summary_spend: the projection is rebuilt on start
+    spend = services.models.table("summary_spend")
+    with services.models.engine.begin() as conn:
+        before = conn.execute(select(spend).order_by(spend.c.position)).all()
+        spend.drop(conn)
+    again = build(settings)
+    try:
+        again.runner.catch_up()
+        with again.models.engine.connect() as conn:
+            assert conn.execute(select(spend).order_by(spend.c.position)).all() == before
+    finally:
+        again.close()
