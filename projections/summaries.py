@@ -137,13 +137,15 @@ def pending_batches(conn: Connection, tables: dict[str, Table], limit: int) -> l
 
 
 def pending_sessions(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int]]:
-    """(session id, position of its latest move into an ended state, head position) of
-    ended sessions with no session summary since that move, oldest first."""
+    """(session id, position of its latest end, head position) of ended sessions with no
+    session summary since that end, oldest first. An end is a move from a live state into
+    an ended one: archiving a completed session (or terminating a failed one) adds nothing
+    to summarise."""
     s, h, sm = tables["sessions"], tables["status_history"], tables["summaries"]
     ended = [st.value for st in ENDED_STATES]
     last_end = (
         select(h.c.session_id, func.max(h.c.position).label("ended_position"))
-        .where(h.c.to_status.in_(ended))
+        .where(h.c.to_status.in_(ended), h.c.from_status.is_(None) | h.c.from_status.not_in(ended))
         .group_by(h.c.session_id)
         .subquery()
     )

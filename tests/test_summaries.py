@@ -640,3 +640,18 @@ def test_session_budget_holds_across_reopen_cycles(services: Services, settings:
             assert conn.execute(select(spend).order_by(spend.c.position)).all() == before
     finally:
         again.close()
+
+
+def test_archiving_a_summarised_session_does_not_summarise_it_again(services: Services) -> None:
+    """The spotter session times out, is summarised (by the model), and is archived 30
+    days later: nothing new happened, so nothing is summarised or paid for again."""
+    import_paths(services.ledger, [SPOTTER])
+    timed_out = datetime(2026, 2, 12, tzinfo=UTC)
+    assert "idle_session" in run_jobs(services, timed_out).decisions
+    with StandIn() as llm:
+        first = run_summaries(services, _llm(llm.url), now=timed_out)
+        assert first.written.get("llm") and len(llm.requests) == len(first.positions)
+        assert set(run_jobs(services, timed_out + timedelta(days=31)).decisions) == {"archive_after"}
+        again = run_summaries(services, _llm(llm.url), now=timed_out + timedelta(days=31))
+        assert again.positions == [] and len(llm.requests) == len(first.positions)
+    assert {s["status"] for s in queries.list_sessions(services.models, limit=10)} == {"ARCHIVED"}
