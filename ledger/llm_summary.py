@@ -5,7 +5,8 @@ Speaks ``POST {base_url}/chat/completions`` through the ``openai`` client librar
 serve the same API (llama.cpp ``llama-server``, Ollama ``/v1``, vLLM). The request asks
 for one JSON object with the fields of :class:`~ledger.summary.SummaryDraft`; the
 deterministic facts (files read and edited, failed commands) are always the ledger's own,
-never the model's.
+never the model's, and an observation's ``files`` keeps only files the ledger saw read or
+edited.
 
 Budget (:class:`LLMConfig`): tokens (prompt + completion, as the server reports them; the
 pre-call estimate when it reports none) per UTC day over all sessions and per session. A call is made only when the estimated cost of
@@ -192,6 +193,7 @@ class LLMSummariser:
             raise SummariserUnavailable(
                 f"invalid_response: {type(e).__name__}", tokens_in, tokens_out, estimated
             ) from e
+        known = set(baseline.files_read) | set(baseline.files_edited)
         draft = SummaryDraft(
             request=clip(reply.request) if reply.request else baseline.request,
             investigated=[clip(s) for s in reply.investigated[:MAX_ITEMS]],
@@ -202,7 +204,11 @@ class LLMSummariser:
             files_edited=baseline.files_edited,
             commands_failed=baseline.commands_failed,
             observations=[
-                MemoryObservation(kind=o.kind, title=clip(o.title), detail=clip(o.detail, 600), files=o.files)
+                # only files the ledger saw read or edited: never a path the model made up
+                MemoryObservation(
+                    kind=o.kind, title=clip(o.title), detail=clip(o.detail, 600),
+                    files=tuple(f for f in o.files if f in known),
+                )
                 for o in reply.observations[:MAX_ITEMS]
             ],
         )

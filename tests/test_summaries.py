@@ -167,6 +167,7 @@ class StandIn:
     def __init__(self, usage: tuple[int, int] | None = (1000, 500)) -> None:
         self.mode = "ok"
         self.usage = usage
+        self.obs_files: list[str] = []  # the files the model's observation names
         self.requests: list[dict[str, Any]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
@@ -187,7 +188,7 @@ class StandIn:
             "learned": ["the stand-in answers"],
             "completed": ["summarised"],
             "next_steps": [],
-            "observations": [{"kind": "decision", "title": "Use the stand-in", "detail": "", "files": []}],
+            "observations": [{"kind": "decision", "title": "Use the stand-in", "detail": "", "files": self.obs_files}],
         }
         content = json.dumps(reply) if self.mode == "ok" else "I cannot do that."
         answer: dict[str, Any] = {
@@ -655,3 +656,18 @@ def test_archiving_a_summarised_session_does_not_summarise_it_again(services: Se
         again = run_summaries(services, _llm(llm.url), now=timed_out + timedelta(days=31))
         assert again.positions == [] and len(llm.requests) == len(first.positions)
     assert {s["status"] for s in queries.list_sessions(services.models, limit=10)} == {"ARCHIVED"}
+
+
+def test_llm_observations_name_only_files_the_ledger_saw(services: Services) -> None:
+    """The model names a file the agent edited and one nobody touched: only the first is kept."""
+    import_paths(services.ledger, [SPOTTER])
+    _close_everything(services)
+    edited, _ = independent_facts(SPOTTER)
+    real = sorted(edited)[0]
+    with StandIn() as llm:
+        llm.obs_files = [real, "/etc/never_touched.py"]
+        run_summaries(services, _llm(llm.url), now=LATER)
+    found = [json.loads(o["files"]) for o in _observations(services) if o["title"] == "Use the stand-in"]
+    assert found and all("/etc/never_touched.py" not in f for f in found)
+    session = next(r for r in _summaries(services) if r["scope"] == "session")
+    assert [real] in found and real in session["files_edited"]
