@@ -60,8 +60,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SummaryReport:
-    """What one run did: summaries written by summariser, fallbacks by reason, and the
-    appended notification positions."""
+    """What one run did: summaries written by summariser, fallbacks by reason, ``tokens``
+    the summariser spent (prompt + completion of the appended summaries, estimates
+    included), and the appended notification positions."""
 
     written: dict[str, int] = field(default_factory=dict)
     fallbacks: dict[str, int] = field(default_factory=dict)
@@ -156,6 +157,7 @@ def _summarise(
     if appended:
         name = usage["summariser"]
         report.written[name] = report.written.get(name, 0) + 1
+        report.tokens += usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
         if usage.get("fallback_reason"):
             reason = usage["fallback_reason"].split(":", 1)[0]
             report.fallbacks[reason] = report.fallbacks.get(reason, 0) + 1

@@ -671,3 +671,18 @@ def test_llm_observations_name_only_files_the_ledger_saw(services: Services) -> 
     assert found and all("/etc/never_touched.py" not in f for f in found)
     session = next(r for r in _summaries(services) if r["scope"] == "session")
     assert [real] in found and real in session["files_edited"]
+
+
+def test_cli_reports_the_tokens_a_run_spent_and_says_when_there_are_no_summaries(settings: Any, services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER])
+    services.runner.catch_up()
+    sid = queries.list_sessions(services.models, limit=1)[0]["id"]
+    shown = cli(settings, "summaries", "show", sid).stdout.decode()
+    assert shown.strip() == f"no summaries yet for session {sid}"
+    _close_everything(services)
+    with StandIn(usage=(1000, 500)) as llm:
+        out = json.loads(cli(settings, "summaries", "run", "--once", "--json",
+                             extra_env={"HOOKLEDGER_LLM_BASE_URL": llm.url}).stdout)
+    rows = _summaries(services)
+    assert out["written"] == {"llm": len(rows)} and len(llm.requests) == len(rows)
+    assert out["tokens"] == sum(r["input_tokens"] + r["output_tokens"] for r in rows) == 1500 * len(rows)
