@@ -96,6 +96,9 @@ class SummaryFacts:
     final_message: str | None = None
     end_reason: str | None = None
     plans: tuple[str, ...] = ()
+    turn_ended: bool = False
+    """The agent's last reply ended its turn (``end_turn``): an ``idle_timeout`` end then
+    only closed a finished turn."""
 
 
 @dataclass
@@ -284,7 +287,8 @@ def deterministic_summary(facts: SummaryFacts) -> SummaryDraft:
     if sentences:
         d.completed.append(sentences[0])
     d.next_steps.extend(s for s in sentences if _NEXT.search(s))
-    if facts.end_reason and facts.end_reason.startswith(("turn_aborted", "idle_timeout", "run_failed")):
+    idle_after_done = facts.turn_ended and (facts.end_reason or "").startswith("idle_timeout")
+    if facts.end_reason and facts.end_reason.startswith(("turn_aborted", "idle_timeout", "run_failed")) and not idle_after_done:
         d.next_steps.append(f"Unfinished: the batch ended with {facts.end_reason}")
     for plan in facts.plans:
         d.observations.append(MemoryObservation(kind="decision", title="Plan approved: " + clip(plan, 120), detail=clip(plan, 600)))

@@ -236,6 +236,17 @@ def summary_facts(
         for r in conn.execute(calls.order_by(t.c.start_position, t.c.tool_use_id))
     )
     final = next((r["last_assistant_message"] for r in reversed(rows) if r["last_assistant_message"]), None)
+    turn_ended = False
+    if rows and (rows[-1]["end_reason"] or "").startswith("idle_timeout"):
+        # the idle job closed it: was the agent's last reply the end of its turn?
+        h = tables["status_history"]
+        last = conn.execute(
+            select(h.c.to_status, h.c.cause)
+            .where(h.c.session_id == session_id, h.c.position <= rows[-1]["activity_position"])
+            .order_by(h.c.position.desc())
+            .limit(1)
+        ).first()
+        turn_ended = last is not None and last[0] == "WAITING" and last[1] in ("AssistantReplied", "TurnEnded")
     return SummaryFacts(
         scope="session" if batch is None else "batch",
         prompts=tuple(r["prompt"] for r in rows if r["prompt"]),
@@ -243,4 +254,5 @@ def summary_facts(
         final_message=final,
         end_reason=rows[-1]["end_reason"] if rows else None,
         plans=tuple(c for (c,) in conn.execute(plans.order_by(p.c.first_position)) if c),
+        turn_ended=turn_ended,
     )

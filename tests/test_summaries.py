@@ -686,3 +686,40 @@ def test_cli_reports_the_tokens_a_run_spent_and_says_when_there_are_no_summaries
     rows = _summaries(services)
     assert out["written"] == {"llm": len(rows)} and len(llm.requests) == len(rows)
     assert out["tokens"] == sum(r["input_tokens"] + r["output_tokens"] for r in rows) == 1500 * len(rows)
+
+
+def test_an_idle_close_after_the_turn_ended_is_not_unfinished(
+    services: Services, other_settings: Any, tmp_path: Path
+) -> None:
+    """full-session-four's last reply records no stop_reason: the idle job closes a turn
+    that may not be done ("Unfinished"). The same transcript whose last reply says
+    ``end_turn`` (as newer Claude Code writes it) ended its turn: closing it is no news."""
+    import_paths(services.ledger, [FOUR])
+    _close_everything(services)
+    run_summaries(services, now=LATER)
+    unfinished = "Unfinished: the batch ended with idle_timeout"
+    last = max((r for r in _summaries(services) if r["scope"] == "batch"), key=lambda r: r["batch"])
+    assert unfinished in json.loads(last["next_steps"])
+
+    lines = FOUR.read_text(encoding="utf-8").splitlines()
+    i = max(n for n, line in enumerate(lines) if json.loads(line).get("type") == "assistant")
+    rec = json.loads(lines[i])
+    assert rec["message"]["stop_reason"] is None
+    rec["message"]["stop_reason"] = "end_turn"
+    lines[i] = json.dumps(rec)
+    ended = tmp_path / "ended" / FOUR.name
+    ended.parent.mkdir()
+    ended.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    second = build(other_settings)
+    try:
+        import_paths(second.ledger, [ended])
+        _close_everything(second)
+        run_summaries(second, now=LATER)
+        rows = _summaries(second)
+        b = second.models.table("prompt_batches")
+        with second.models.engine.connect() as conn:
+            reasons = [r[0] for r in conn.execute(select(b.c.end_reason).order_by(b.c.batch))]
+    finally:
+        second.close()
+    assert reasons[-1] == "idle_timeout"  # closed by the idle job all the same
+    assert not any(unfinished in json.loads(r["next_steps"]) for r in rows)
