@@ -27,7 +27,8 @@ def summaries_run(ctx: click.Context, once: bool, as_json: bool) -> None:
         return
     written = ", ".join(f"{k}={v}" for k, v in report["written"].items()) or "nothing pending"
     fallbacks = ", ".join(f"{k}={v}" for k, v in report["fallbacks"].items())
-    click.echo(f"summaries: {written}" + (f"; fallbacks: {fallbacks}" if fallbacks else ""))
+    tokens = f"; tokens={report['tokens']}" if report["tokens"] else ""
+    click.echo(f"summaries: {written}" + (f"; fallbacks: {fallbacks}" if fallbacks else "") + tokens)
 
 
 @summaries.command("show")
@@ -46,6 +47,9 @@ def summaries_show(ctx: click.Context, ref: str, as_json: bool) -> None:
     found = queries.session_summaries(s.models, sid)
     if as_json:
         dump({"session_id": sid, "summaries": found})
+        return
+    if not found:
+        click.echo(f"no summaries yet for session {sid}")
         return
     for item in found:
         where = "session" if item["scope"] == "session" else f"batch {item['batch']}"

@@ -11,9 +11,11 @@ recorded with the reason (``fallback_reason``) and any tokens the failed call co
 
 Run by ``hookledger serve`` every ``settings.summaries_interval_s`` seconds in its own
 thread (a slow model never delays ingestion or projections) and by
-``hookledger summaries run --once``. Event keys (``summary:batch:<n>``,
-``summary:session:<position of the end>``) make a second run, or two workers at once,
-append nothing twice.
+``hookledger summaries run --once``. Event keys (``summary:batch:<n>:<position of the
+batch's latest activity>``, ``summary:session:<position of the end>``) make a second run,
+or two workers at once, append nothing twice; a batch with activity after its summary
+(a turn the idle job closed that went on) gets a new key, and the new summary replaces
+the old one.
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ from uuid import UUID
 
 from ledger.jobs import append_decision
 from ledger.llm_summary import (
-    SYSTEM_PROMPT,
     LLMSummariser,
     SummariserUnavailable,
     budget_refusal,
-    estimate_tokens,
+    call_estimate,
 )
 from ledger.session import Session
 from ledger.summary import SummaryFacts, deterministic_summary
@@ -47,7 +48,10 @@ from projections.summaries import (
 )
 
 SOURCE_FORMAT = "hookledger.summary"
-TABLES = ("prompt_batches", "sessions", "summaries", "observations", "tool_calls", "plans", "status_history")
+TABLES = (
+    "prompt_batches", "sessions", "summaries", "observations", "summary_spend", "tool_calls", "plans",
+    "status_history",
+)
 LIMIT = 200
 """Batches and sessions summarised per run at most (the next run takes the rest)."""
 
@@ -56,8 +60,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SummaryReport:
-    """What one run did: summaries written by summariser, fallbacks by reason, and the
-    appended notification positions."""
+    """What one run did: summaries written by summariser, fallbacks by reason, ``tokens``
+    the summariser spent (prompt + completion of the appended summaries, estimates
+    included), and the appended notification positions."""
 
     written: dict[str, int] = field(default_factory=dict)
     fallbacks: dict[str, int] = field(default_factory=dict)
@@ -100,8 +105,9 @@ def run_summaries(
     spent = _Spent()
     with services.models.engine.connect() as conn:
         batches = pending_batches(conn, tables, limit)
-    for sid, n, head in batches:
-        _summarise(services, tables, summariser, now, report, spent, "batch", sid, n, f"summary:batch:{n}", head)
+    for sid, n, head, activity in batches:
+        key = f"summary:batch:{n}:{activity}"
+        _summarise(services, tables, summariser, now, report, spent, "batch", sid, n, key, head)
     # session summaries after the batches' are in the read model: their observations
     # are not repeated
     services.runner.catch_up()
@@ -151,6 +157,7 @@ def _summarise(
     if appended:
         name = usage["summariser"]
         report.written[name] = report.written.get(name, 0) + 1
+        report.tokens += usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
         if usage.get("fallback_reason"):
             reason = usage["fallback_reason"].split(":", 1)[0]
             report.fallbacks[reason] = report.fallbacks.get(reason, 0) + 1
@@ -171,10 +178,10 @@ def _try_llm(
     one's fields with the reason and what a failed call cost."""
     config = summariser.config
     text = summariser.request_text(facts, draft)
-    need = estimate_tokens(SYSTEM_PROMPT + text) + config.max_output_tokens
+    need = sum(call_estimate(config, text))
     day_start = iso(now.replace(hour=0, minute=0, second=0, microsecond=0)) or ""
     with services.models.engine.connect() as conn:
-        day, session = tokens_spent(conn, tables["summaries"], day_start, sid)
+        day, session = tokens_spent(conn, tables["summary_spend"], day_start, sid)
     day += spent.day
     session += spent.sessions.get(sid, 0)
     refusal = budget_refusal(config, need, day, session)
@@ -192,6 +199,7 @@ def _try_llm(
             "input_tokens": e.input_tokens,
             "output_tokens": e.output_tokens,
             "cost_usd": _cost(config.model, e.input_tokens, e.output_tokens),
+            "tokens_estimated": e.estimated,
         }
     _charge(spent, sid, result.input_tokens + result.output_tokens)
     return {
@@ -201,6 +209,7 @@ def _try_llm(
         "input_tokens": result.input_tokens,
         "output_tokens": result.output_tokens,
         "cost_usd": _cost(result.model, result.input_tokens, result.output_tokens),
+        "tokens_estimated": result.estimated,
     }
 
 

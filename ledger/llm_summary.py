@@ -5,10 +5,11 @@ Speaks ``POST {base_url}/chat/completions`` through the ``openai`` client librar
 serve the same API (llama.cpp ``llama-server``, Ollama ``/v1``, vLLM). The request asks
 for one JSON object with the fields of :class:`~ledger.summary.SummaryDraft`; the
 deterministic facts (files read and edited, failed commands) are always the ledger's own,
-never the model's.
+never the model's, and an observation's ``files`` keeps only files the ledger saw read or
+edited.
 
-Budget (:class:`LLMConfig`): tokens (prompt + completion, as the server reports them) per
-UTC day over all sessions and per session. A call is made only when the estimated cost of
+Budget (:class:`LLMConfig`): tokens (prompt + completion, as the server reports them; the
+pre-call estimate when it reports none) per UTC day over all sessions and per session. A call is made only when the estimated cost of
 the request fits what is left of both; otherwise the caller keeps the deterministic
 summary and records why (``budget_exhausted:day`` / ``budget_exhausted:session``).
 """
@@ -54,24 +55,28 @@ class LLMConfig:
 
 @dataclass(frozen=True)
 class LLMResult:
-    """A model's summary and what it cost: tokens as reported by the server."""
+    """A model's summary and what it cost: tokens as reported by the server, or, when it
+    reported none (``estimated``), the pre-call estimate (:func:`call_estimate`)."""
 
     draft: SummaryDraft
     model: str
     input_tokens: int
     output_tokens: int
+    estimated: bool = False
 
 
 class SummariserUnavailable(Exception):
     """The LLM summariser gave no usable summary. ``reason`` is recorded in the ledger
     (``unavailable: …``, ``invalid_response: …``); ``input_tokens`` / ``output_tokens``
-    are what the failed call still cost (0 when no answer came)."""
+    are what the failed call still cost (0 when no answer came; the estimate, with
+    ``estimated``, when an answer came without usage)."""
 
-    def __init__(self, reason: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    def __init__(self, reason: str, input_tokens: int = 0, output_tokens: int = 0, estimated: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
+        self.estimated = estimated
 
 
 class _Reply(BaseModel):
@@ -106,6 +111,12 @@ def render_facts(facts: SummaryFacts, baseline: SummaryDraft, limit: int = PROMP
 def estimate_tokens(text: str) -> int:
     """A conservative token estimate for budget checks: one token per 3 characters."""
     return len(text) // 3 + 1
+
+
+def call_estimate(config: LLMConfig, text: str) -> tuple[int, int]:
+    """(prompt, completion) tokens a request of ``text`` is budgeted at before the call:
+    the system prompt and ``text`` at one token per 3 characters, and ``max_output_tokens``."""
+    return estimate_tokens(SYSTEM_PROMPT + text), config.max_output_tokens
 
 
 def budget_refusal(config: LLMConfig, request_tokens: int, spent_day: int, spent_session: int) -> str | None:
@@ -172,13 +183,17 @@ class LLMSummariser:
         usage = getattr(response, "usage", None)
         tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        estimated = not (tokens_in or tokens_out)
+        if estimated:  # the server said nothing about usage: charge the estimate
+            tokens_in, tokens_out = call_estimate(self.config, text)
         try:
             content = response.choices[0].message.content or ""
             reply = _Reply.model_validate_json(_json_object(content))
         except (IndexError, AttributeError, ValueError, ValidationError) as e:
             raise SummariserUnavailable(
-                f"invalid_response: {type(e).__name__}", tokens_in, tokens_out
+                f"invalid_response: {type(e).__name__}", tokens_in, tokens_out, estimated
             ) from e
+        known = set(baseline.files_read) | set(baseline.files_edited)
         draft = SummaryDraft(
             request=clip(reply.request) if reply.request else baseline.request,
             investigated=[clip(s) for s in reply.investigated[:MAX_ITEMS]],
@@ -189,11 +204,16 @@ class LLMSummariser:
             files_edited=baseline.files_edited,
             commands_failed=baseline.commands_failed,
             observations=[
-                MemoryObservation(kind=o.kind, title=clip(o.title), detail=clip(o.detail, 600), files=o.files)
+                # only files the ledger saw read or edited: never a path the model made up
+                MemoryObservation(
+                    kind=o.kind, title=clip(o.title), detail=clip(o.detail, 600),
+                    files=tuple(f for f in o.files if f in known),
+                )
                 for o in reply.observations[:MAX_ITEMS]
             ],
         )
-        return LLMResult(draft, str(getattr(response, "model", None) or self.config.model), tokens_in, tokens_out)
+        model = str(getattr(response, "model", None) or self.config.model)
+        return LLMResult(draft, model, tokens_in, tokens_out, estimated)
 
 
 def _json_object(content: str) -> str:

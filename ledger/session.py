@@ -320,6 +320,10 @@ class Session(BaseAggregate[UUID]):
         the summariser spent) and ``cost_usd`` (USD; None when the model has no price).
         ``fallback_reason``: why a configured LLM summariser was not used
         (``budget_exhausted:day``, ``budget_exhausted:session``, ``unavailable: …``).
+        ``tokens_estimated``: the server reported no usage, so ``input_tokens`` /
+        ``output_tokens`` are the worker's pre-call estimate (prompt characters / 3, and
+        the requested ``max_tokens``), charged to the budget as if spent (class_version 2;
+        a version 1 event reads as False).
         ``through_version``: the last stream version whose facts were summarised;
         ``through_position``: the notification position the worker read up to."""
 
@@ -341,6 +345,14 @@ class Session(BaseAggregate[UUID]):
         fallback_reason: str | None = None
         through_version: int
         through_position: int | None = None
+        tokens_estimated: bool = False
+
+        class_version: ClassVar[int] = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version 1 recorded only usage the server reported."""
+            state["tokens_estimated"] = False
 
     EVENT_CLASSES: ClassVar[dict[str, type[Session.Event]]] = {}
 

@@ -10,10 +10,14 @@ assistant message — and derives:
   ``file_change`` and ``apply_patch``; Gemini CLI ``read_file``/``write_file``/
   ``replace``; OpenClaw and Cursor ``read_file``/``edit_file``); see :data:`READ_TOOLS`,
   :data:`EDIT_TOOLS`. Tool input shapes: ``../shared/research/FORMATS.md``.
+  A shell call that runs ``apply_patch`` (Codex: ``["bash", "-lc", "apply_patch <<'PATCH'
+  …"]``) is an edit of the files its ``*** Update/Add/Delete File:`` lines name, not a
+  command.
 * ``commands_failed``: shell commands (``Bash``, ``shell``, ``run_shell_command``,
   ``shell_exec``, ``run_terminal``, …) whose tool call failed, in order, once each.
 * observations: ``bug_fix`` (a command failed, files were edited, the same command then
-  passed), ``gotcha`` (a command or tool kept failing), ``decision`` (an approved plan, or
+  passed), ``gotcha`` (a command still failing at its latest run, or a tool that kept
+  failing; a command that passed later is never called failing), ``decision`` (an approved plan, or
   a sentence of the final message that states a choice), ``trade_off`` and ``discovery``
   (sentences of the final message with those cues).
 
@@ -92,6 +96,9 @@ class SummaryFacts:
     final_message: str | None = None
     end_reason: str | None = None
     plans: tuple[str, ...] = ()
+    turn_ended: bool = False
+    """The agent's last reply ended its turn (``end_turn``): an ``idle_timeout`` end then
+    only closed a finished turn."""
 
 
 @dataclass
@@ -145,11 +152,30 @@ def shell_command(tool: ToolFact) -> str | None:
     return cmd.strip() if isinstance(cmd, str) and cmd.strip() else None
 
 
+def shell_patch(tool: ToolFact) -> str | None:
+    """The patch of a shell call that runs ``apply_patch`` (Codex records its edits as
+    ``shell`` ``["bash", "-lc", "apply_patch <<'PATCH'\n*** Begin Patch …"]``), else None."""
+    command = shell_command(tool)
+    if command is None:
+        return None
+    if command.startswith("apply_patch") or "*** Begin Patch" in command:
+        return command
+    return None
+
+
+def is_edit(tool: ToolFact) -> bool:
+    """Whether a tool call is an edit: an edit tool, or a shell call running ``apply_patch``."""
+    return tool.name in EDIT_TOOLS or shell_patch(tool) is not None
+
+
 def tool_paths(tool: ToolFact) -> list[str]:
     """File paths a read or edit tool call names (empty for other tools)."""
     value = tool.input
     if isinstance(value, str) and tool.name == "apply_patch":
         return _PATCH_FILE.findall(value)
+    patch = shell_patch(tool)
+    if patch is not None:
+        return _PATCH_FILE.findall(patch)
     if not isinstance(value, dict):
         return []
     paths = [
@@ -203,9 +229,11 @@ def deterministic_summary(facts: SummaryFacts) -> SummaryDraft:
     searches: list[str] = []
     failed: dict[str, tuple[int, str]] = {}  # command -> (index of first failure, error line)
     fixed: dict[str, list[str]] = {}  # command -> files edited between failure and pass
+    last_ok: dict[str, bool] = {}  # command -> whether its latest run passed
     stuck_tools: dict[str, str] = {}
     for i, tool in enumerate(facts.tools):
-        if tool.name in EDIT_TOOLS and not tool.is_error:
+        edit = is_edit(tool)
+        if edit and not tool.is_error:
             edited.extend(tool_paths(tool))
         elif tool.name in READ_TOOLS and not tool.is_error:
             read.extend(tool_paths(tool))
@@ -213,17 +241,18 @@ def deterministic_summary(facts: SummaryFacts) -> SummaryDraft:
             what = tool.input.get("pattern") or tool.input.get("query") or tool.input.get("url")
             if isinstance(what, str):
                 searches.append(f"{tool.name} {clip(what, 120)}")
-        command = shell_command(tool)
+        command = None if edit else shell_command(tool)
         error_line = first_line(tool.error)
         if command is not None:
+            last_ok[command] = not tool.is_error
             if tool.is_error:
                 failed.setdefault(command, (i, error_line))
             elif command in failed and command not in fixed:
                 start = failed[command][0]
-                between = [p for t in facts.tools[start:i] if t.name in EDIT_TOOLS for p in tool_paths(t)]
+                between = [p for t in facts.tools[start:i] if is_edit(t) and not t.is_error for p in tool_paths(t)]
                 if between:
                     fixed[command] = _unique(between)
-        elif tool.is_error and tool.name not in EDIT_TOOLS | READ_TOOLS:
+        elif tool.is_error and not edit and tool.name not in READ_TOOLS:
             stuck_tools.setdefault(tool.name, error_line)
     d.files_edited = _unique(edited)
     d.files_read = [p for p in _unique(read) if p not in d.files_edited]
@@ -241,7 +270,7 @@ def deterministic_summary(facts: SummaryFacts) -> SummaryDraft:
                 detail=f"It failed with: {error}. It passed after editing {', '.join(fixed[command])}.",
                 files=tuple(fixed[command]),
             ))
-        else:
+        if not last_ok[command]:  # still failing at its latest run
             d.observations.append(MemoryObservation(
                 kind="gotcha", title=f"`{clip(command, 120)}` fails", detail=error,
             ))
@@ -252,13 +281,14 @@ def deterministic_summary(facts: SummaryFacts) -> SummaryDraft:
     d.learned.extend(s for s in sentences if _LEARNED.search(s))
     if d.files_edited:
         d.completed.append("Edited " + ", ".join(d.files_edited[:MAX_ITEMS]))
-    passed = [c for c in fixed]
+    passed = [c for c in failed if last_ok[c]]
     if passed:
         d.completed.append("Now passing: " + ", ".join(f"`{clip(c, 80)}`" for c in passed))
     if sentences:
         d.completed.append(sentences[0])
     d.next_steps.extend(s for s in sentences if _NEXT.search(s))
-    if facts.end_reason and facts.end_reason.startswith(("turn_aborted", "idle_timeout", "run_failed")):
+    idle_after_done = facts.turn_ended and (facts.end_reason or "").startswith("idle_timeout")
+    if facts.end_reason and facts.end_reason.startswith(("turn_aborted", "idle_timeout", "run_failed")) and not idle_after_done:
         d.next_steps.append(f"Unfinished: the batch ended with {facts.end_reason}")
     for plan in facts.plans:
         d.observations.append(MemoryObservation(kind="decision", title="Plan approved: " + clip(plan, 120), detail=clip(plan, 600)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.lifecycle import DECISION_KINDS
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
@@ -26,18 +27,25 @@ _CASES = (
     Session.AssistantReplied, Session.TurnEnded, Session.Ended, Session.RunEnded,
 )
 """The classes :meth:`BatchesProjection.apply_all` has a case for."""
-_KIND: dict[type, tuple[bool, bool, bool, bool, bool]] = {}
+_KIND: dict[type, tuple[bool, bool, bool, bool, bool, bool, bool]] = {}
 
 
-def _kind(cls: type) -> tuple[bool, bool, bool, bool, bool]:
+_SETTLING = (Session.TurnEnded, Session.Ended, Session.RunEnded, Session.TimedOut)
+"""Classes that end a batch's activity (with ``BatchClosed``, ``ActivitiesAttached`` and
+the next prompt): ``settled_position``."""
+
+
+def _kind(cls: type) -> tuple[bool, bool, bool, bool, bool, bool, bool]:
     """What ``apply_all`` asks of an event class, once per class: (lifecycle decision,
-    summary, usage, prompt, has a case in the match)."""
+    summary, usage, prompt, has a case in the match, observed activity, settles)."""
     _KIND[cls] = found = (
         issubclass(cls, Session.BatchClosed | Session.ActivitiesAttached),
         issubclass(cls, Session.Summarised),
         issubclass(cls, Session.UsageRecorded),
         issubclass(cls, Session.PromptSubmitted),
         issubclass(cls, _CASES),
+        cls.__name__ not in DECISION_KINDS and cls.__name__ != "Reopened",
+        issubclass(cls, _SETTLING),
     )
     return found
 
@@ -66,7 +74,7 @@ class BatchesProjection(Projection):
         dirty = rows.dirty["prompt_batches"]
         for position, event in batch:
             kind = _KIND.get(type(event)) or _kind(type(event))
-            lifecycle, summary, usage, prompt, has_case = kind
+            lifecycle, summary, usage, prompt, has_case, activity, settles = kind
             if lifecycle:
                 self._lifecycle(rows, position, event)
                 continue
@@ -85,7 +93,7 @@ class BatchesProjection(Projection):
                 ):
                     continue
                 at = event_time(event)
-                self._close(rows, (sid, event.batch - 1), at, "next_prompt")
+                self._close(rows, (sid, event.batch - 1), at, "next_prompt", position)
                 row = _new_row(
                     sid, event.batch, position, prompt=event.text, prompt_kind=event.prompt_kind,
                     started_at=at,
@@ -94,6 +102,10 @@ class BatchesProjection(Projection):
             else:
                 dirty.add(key)
             row["last_position"] = position
+            if activity:
+                row["activity_position"] = position
+            if settles:
+                row["settled_position"] = position
             if not has_case:
                 continue
             match event:
@@ -154,8 +166,12 @@ class BatchesProjection(Projection):
             if row is not None and row["status"] == "open":
                 ended = iso(event.measured_from) or event_time(event)
                 row.update(status="completed", ended_at=ended, end_reason=event.reason,
-                           last_position=position)
+                           last_position=position, settled_position=position)
                 rows.put("prompt_batches", key, row)
+            return
+        if row is not None and not event.recovery:  # activity recorded after it closed
+            row["settled_position"] = position
+            rows.put("prompt_batches", key, row)
             return
         if event.recovery and row is None:
             row = _new_row(
@@ -163,16 +179,20 @@ class BatchesProjection(Projection):
                 started_at=iso(event.first_activity_at), ended_at=iso(event.measured_from),
                 end_reason="recovery", tool_call_count=len(event.tool_use_ids),
                 tool_error_count=event.tool_errors, last_position=position,
+                activity_position=position, settled_position=position,
             )
             rows.put("prompt_batches", key, row)
 
-    def _close(self, rows: RowCache, key: tuple[str, int], at: str | None, reason: str) -> None:
+    def _close(self, rows: RowCache, key: tuple[str, int], at: str | None, reason: str, position: int) -> None:
         previous = rows.get("prompt_batches", key)
-        if previous is not None and previous["status"] == "open":
+        if previous is None:
+            return
+        previous["settled_position"] = position
+        rows.touch("prompt_batches", key)
+        if previous["status"] == "open":
             previous["status"] = "completed"
             previous["ended_at"] = at
             previous["end_reason"] = reason
-            rows.touch("prompt_batches", key)
 
 
 def _add(row: dict[str, Any], usage: dict[str, Any], sign: int) -> None:
@@ -201,5 +221,7 @@ def _new_row(sid: str, batch: int, position: int, **values: Any) -> dict[str, An
         "unpriced_tokens": 0,
         "agent_cost_usd": None,
         "first_position": position,
+        "activity_position": position,
+        "settled_position": None,
         **values,
     }

@@ -93,7 +93,7 @@ def _details(models: ReadModels, sid: str) -> tuple[list[str], Counter[str], lis
     for name, tool_input, is_error, error in calls:
         tools[name or "?"] += 1
         field = EDIT_TOOLS.get(name or "")
-        if field and tool_input:
+        if field and tool_input and not is_error:  # a failed or rejected edit changed nothing
             try:
                 path = orjson.loads(tool_input).get(field)
             except (orjson.JSONDecodeError, AttributeError):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, MetaData, Table, insert, select, text, update
+from sqlalchemy import Connection, Engine, MetaData, Table, insert, inspect, select, text, update
 
 from ledger.app import Ledger
 from ledger.gcpause import gc_paused
@@ -83,6 +83,7 @@ class ReadModels:
             name: build_tables(self.metadata, name) for name in PROJECTION_CLASSES
         }
         with schema_lock(engine):  # another process may be creating them right now
+            before = set(inspect(engine).get_table_names())
             self.metadata.create_all(engine)
             generated: dict[str, set[str]] = {}  # table -> columns its companions add
             for cls in PROJECTION_CLASSES.values():
@@ -93,6 +94,7 @@ class ReadModels:
                 engine, self.tables, self.tracking,
                 ignore=generated,
                 on_drop=lambda conn, name: _drop_companions(conn, name, ""),
+                created={t.name for own in self.tables.values() for t in own.values()} - before,
             )
             if outdated:
                 self.metadata.create_all(engine)

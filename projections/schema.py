@@ -131,6 +131,11 @@ def _batches(md: MetaData, sfx: str) -> list[Table]:
             Column("agent_cost_usd", Float),
             Column("first_position", BigInteger, nullable=False),
             Column("last_position", BigInteger, nullable=False),
+            # the latest observed event of the batch (not a job's or operator's decision)
+            Column("activity_position", BigInteger, nullable=False),
+            # the latest event that ended its activity: TurnEnded, the next prompt, the
+            # session's end, BatchClosed, ActivitiesAttached, TimedOut (None: still open)
+            Column("settled_position", BigInteger),
         )
     ]
 
@@ -275,6 +280,17 @@ def _summaries(md: MetaData, sfx: str) -> list[Table]:
             Column("title", Text, nullable=False),
             Column("detail", Text, nullable=False),
             Column("files", Text, nullable=False),
+            Column("recorded_at", String(32), nullable=False),
+            # position of the later summary of the same scope and batch that replaced
+            # this one's summary (None: current)
+            Column("superseded_by", BigInteger),
+        ),
+        Table(  # what every summary cost, kept when a later summary replaces it
+            "summary_spend" + sfx,
+            md,
+            Column("session_id", String(36), primary_key=True),
+            Column("position", BigInteger, primary_key=True),
+            Column("tokens", BigInteger, nullable=False),  # input + output tokens
             Column("recorded_at", String(32), nullable=False),
         ),
     ]

@@ -10,7 +10,8 @@ kind             ref                          from
 ``prompt``       ``prompt:<position>``        ``PromptSubmitted`` (``human`` and ``task``)
 ``tool_input``   ``tool:<position>``          ``ToolCallStarted``: the strings of its input
 ``summary``      ``summary:<scope>:<batch>``  ``Summarised`` (replaced by a later summary)
-``observation``  ``observation:<pos>:<i>``    each observation of a ``Summarised``
+``observation``  ``observation:<pos>:<i>``    each observation of a ``Summarised`` (deleted
+                                              when a later summary replaces that one)
 ===============  ===========================  ===============================================
 
 Bodies are cut at :data:`MAX_BODY` characters. They are indexed in the same transaction
@@ -33,7 +34,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from sqlalchemy import bindparam
+
 from ledger.session import Session
+from ledger.summary import MAX_ITEMS
 from projections.base import Batch, Companion, Projection, event_time
 from projections.rows import RowCache
 
@@ -148,6 +152,7 @@ class SearchProjection(Projection):
         super().__init__(tables)
         self._fts = fts_table(tables["search_documents"].name)
         self._pending: dict[int, str] = {}  # doc_id -> body, to index at flush
+        self._dropped: set[int] = set()  # doc_ids to delete at flush
 
     @classmethod
     def companions(cls, dialect: str, suffix: str = "") -> list[Companion]:
@@ -155,6 +160,7 @@ class SearchProjection(Projection):
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         self._pending.clear()  # rows are upserted by key: nothing to load
+        self._dropped.clear()
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
         if isinstance(event, Session.PromptSubmitted):
@@ -165,6 +171,16 @@ class SearchProjection(Projection):
             title = _tool_title(event.tool_name, event.tool_input)
             self._put(rows, event, position, f"tool:{position}", "tool_input", title, f"{event.tool_name}\n{body}")
         elif isinstance(event, Session.Summarised):
+            # the observations of the summary this one replaces are no longer current
+            old = rows.get("search_documents", (doc_id(str(event.originator_id), _summary_ref(event)),))
+            if old is not None and old["position"] != position:
+                sid = str(event.originator_id)
+                for i in range(MAX_ITEMS):
+                    key = doc_id(sid, f"observation:{old['position']}:{i}")
+                    self._dropped.add(key)
+                    self._pending.pop(key, None)
+                    rows.rows["search_documents"].pop((key,), None)
+                    rows.dirty["search_documents"].discard((key,))
             self._put(rows, event, position, _summary_ref(event), "summary",
                       _line(event.request or f"{event.scope} summary"), _summary_body(event))
             for i, o in enumerate(event.observations):
@@ -203,7 +219,14 @@ class SearchProjection(Projection):
                 f'INSERT OR REPLACE INTO "{self._fts}" (rowid, body) VALUES (?, ?)',
                 sorted(self._pending.items()),
             )
+        if self._dropped:
+            dropped = [(k,) for k in sorted(self._dropped)]
+            table = self.tables["search_documents"]
+            conn.execute(table.delete().where(table.c.doc_id == bindparam("k")), [{"k": k} for (k,) in dropped])
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql(f'DELETE FROM "{self._fts}" WHERE rowid = ?', dropped)
         self._pending.clear()
+        self._dropped.clear()
 
 
 def _summary_ref(e: Session.Summarised) -> str:

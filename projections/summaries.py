@@ -2,7 +2,11 @@
 the queries the summary worker (:mod:`api.summaries`) nominates work with.
 
 One row per (session, scope, batch): a later summary of the same scope replaces it (a
-session reopened and ended again is summarised again). Observations are kept per event.
+session reopened and ended again is summarised again; a batch with activity after its
+summary is summarised again). Observations are kept per event; those of a replaced
+summary are marked ``superseded_by`` the replacing summary's position. ``summary_spend``
+keeps one row per summary that cost tokens (the budget counts it: a replaced summary was
+still paid for).
 """
 
 from __future__ import annotations
@@ -45,6 +49,13 @@ class SummariesProjection(Projection):
         sid = str(event.originator_id)
         batch = _batch_key(event)
         at = iso(event.timestamp) or ""
+        old = rows.get("summaries", (sid, event.scope, batch))
+        if old is not None and old["position"] != position:
+            for i in range(old["observation_count"]):
+                replaced = rows.get("observations", (sid, old["position"], i))
+                if replaced is not None and replaced["superseded_by"] is None:
+                    replaced["superseded_by"] = position
+                    rows.touch("observations", (sid, old["position"], i))
         rows.put(
             "summaries",
             (sid, event.scope, batch),
@@ -67,6 +78,11 @@ class SummariesProjection(Projection):
                 "recorded_at": at,
             },
         )
+        tokens = event.input_tokens + event.output_tokens
+        if tokens:
+            rows.put("summary_spend", (sid, position), {
+                "session_id": sid, "position": position, "tokens": tokens, "recorded_at": at,
+            })
         for i, o in enumerate(event.observations):
             rows.put(
                 "observations",
@@ -82,6 +98,7 @@ class SummariesProjection(Projection):
                     "detail": o.detail,
                     "files": _json(o.files),
                     "recorded_at": at,
+                    "superseded_by": None,
                 },
             )
 
@@ -93,31 +110,42 @@ def _batch_key(event: Session.Summarised) -> int:
 # -- queries --------------------------------------------------------------------------
 
 
-def pending_batches(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int]]:
-    """(session id, batch, session head position) of completed prompt batches that have
-    no summary yet, oldest first."""
+def pending_batches(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int, int]]:
+    """(session id, batch, session head position, the batch's activity position) of
+    completed prompt batches that have no summary yet, and of batches with activity
+    after their summary's ``through_position`` once that activity has ended (a turn the
+    idle job closed that then went on: a later ``TurnEnded``, ``ActivitiesAttached``,
+    next prompt …), oldest first."""
     b, s, sm = tables["prompt_batches"], tables["sessions"], tables["summaries"]
-    done = select(sm.c.session_id).where(
-        sm.c.session_id == b.c.session_id, sm.c.scope == "batch", sm.c.batch == b.c.batch
-    )
+    summary = and_(sm.c.session_id == b.c.session_id, sm.c.scope == "batch", sm.c.batch == b.c.batch)
     query = (
-        select(b.c.session_id, b.c.batch, s.c.head_position)
+        select(b.c.session_id, b.c.batch, s.c.head_position, b.c.activity_position)
         .join(s, s.c.id == b.c.session_id)
-        .where(b.c.status == "completed", ~done.exists())
+        .outerjoin(sm, summary)
+        .where(
+            b.c.status == "completed",
+            sm.c.session_id.is_(None)
+            | (
+                (sm.c.through_position < b.c.activity_position)
+                & (b.c.settled_position >= b.c.activity_position)
+            ),
+        )
         .order_by(b.c.last_position, b.c.session_id, b.c.batch)
         .limit(limit)
     )
-    return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(query)]
+    return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in conn.execute(query)]
 
 
 def pending_sessions(conn: Connection, tables: dict[str, Table], limit: int) -> list[tuple[str, int, int]]:
-    """(session id, position of its latest move into an ended state, head position) of
-    ended sessions with no session summary since that move, oldest first."""
+    """(session id, position of its latest end, head position) of ended sessions with no
+    session summary since that end, oldest first. An end is a move from a live state into
+    an ended one: archiving a completed session (or terminating a failed one) adds nothing
+    to summarise."""
     s, h, sm = tables["sessions"], tables["status_history"], tables["summaries"]
     ended = [st.value for st in ENDED_STATES]
     last_end = (
         select(h.c.session_id, func.max(h.c.position).label("ended_position"))
-        .where(h.c.to_status.in_(ended))
+        .where(h.c.to_status.in_(ended), h.c.from_status.is_(None) | h.c.from_status.not_in(ended))
         .group_by(h.c.session_id)
         .subquery()
     )
@@ -138,8 +166,9 @@ def pending_sessions(conn: Connection, tables: dict[str, Table], limit: int) -> 
 
 def tokens_spent(conn: Connection, table: Table, since: str, session_id: str) -> tuple[int, int]:
     """Summariser tokens (prompt + completion) recorded since ``since`` (ISO time), and
-    recorded for ``session_id`` ever."""
-    total = func.coalesce(func.sum(table.c.input_tokens + table.c.output_tokens), 0)
+    recorded for ``session_id`` ever, from ``summary_spend`` (``table``): one row per
+    ``Summarised`` event that cost tokens, never replaced."""
+    total = func.coalesce(func.sum(table.c.tokens), 0)
     day = conn.execute(select(total).where(table.c.recorded_at >= since)).scalar_one()
     session = conn.execute(select(total).where(table.c.session_id == session_id)).scalar_one()
     return int(day), int(session)
@@ -166,8 +195,11 @@ def summaries_of(conn: Connection, tables: dict[str, Table], session_id: str) ->
 
 
 def observation_titles(conn: Connection, table: Table, session_id: str) -> set[tuple[str, str]]:
-    """(kind, title) of the observations already recorded for a session."""
-    return {(r[0], r[1]) for r in conn.execute(select(table.c.kind, table.c.title).where(table.c.session_id == session_id))}
+    """(kind, title) of the current (not superseded) observations recorded for a session."""
+    query = select(table.c.kind, table.c.title).where(
+        table.c.session_id == session_id, table.c.superseded_by.is_(None)
+    )
+    return {(r[0], r[1]) for r in conn.execute(query)}
 
 
 def all_tables(models: Any, names: Sequence[str]) -> dict[str, Table]:
@@ -204,6 +236,17 @@ def summary_facts(
         for r in conn.execute(calls.order_by(t.c.start_position, t.c.tool_use_id))
     )
     final = next((r["last_assistant_message"] for r in reversed(rows) if r["last_assistant_message"]), None)
+    turn_ended = False
+    if rows and (rows[-1]["end_reason"] or "").startswith("idle_timeout"):
+        # the idle job closed it: was the agent's last reply the end of its turn?
+        h = tables["status_history"]
+        last = conn.execute(
+            select(h.c.to_status, h.c.cause)
+            .where(h.c.session_id == session_id, h.c.position <= rows[-1]["activity_position"])
+            .order_by(h.c.position.desc())
+            .limit(1)
+        ).first()
+        turn_ended = last is not None and last[0] == "WAITING" and last[1] in ("AssistantReplied", "TurnEnded")
     return SummaryFacts(
         scope="session" if batch is None else "batch",
         prompts=tuple(r["prompt"] for r in rows if r["prompt"]),
@@ -211,4 +254,5 @@ def summary_facts(
         final_message=final,
         end_reason=rows[-1]["end_reason"] if rows else None,
         plans=tuple(c for (c,) in conn.execute(plans.order_by(p.c.first_position)) if c),
+        turn_ended=turn_ended,
     )

@@ -21,6 +21,7 @@ def reset_outdated(
     tracking: Table,
     ignore: Mapping[str, set[str]] | None = None,
     on_drop: Callable[[Connection, str], None] | None = None,
+    created: set[str] | None = None,
 ) -> list[str]:
     """Drop the tables and tracking row of every projection whose live columns differ
     from ``tables`` (projection name -> base name -> Table); returns those names.
@@ -28,11 +29,18 @@ def reset_outdated(
     ``ignore``: table name -> live columns the code does not model (generated columns
     the projection adds itself). ``on_drop(conn, name)`` runs in the same transaction
     for each projection dropped (to drop its full-text index, say), so an interrupted
-    upgrade leaves either everything or nothing of it."""
+    upgrade leaves either everything or nothing of it. ``created``: names of the tables
+    that did not exist before this start; a projection with some of its tables new and
+    some old gained a table, which its tracking position never filled: it is outdated."""
     ignore = ignore or {}
+    created = created or set()
     insp = inspect(engine)
     outdated = []
     for name, own in tables.items():
+        new = [t.name in created for t in own.values()]
+        if any(new) and not all(new):
+            outdated.append(name)
+            continue
         for t in own.values():
             if insp.has_table(t.name):
                 live = {c["name"] for c in insp.get_columns(t.name)} - ignore.get(t.name, set())

@@ -298,13 +298,19 @@ def test_the_sql_constants_agree_with_the_code() -> None:
                for r in extract.price_rows(["claude-sonnet-4", "no-such-model"]))
 
 
+MIRRORED_VERSIONS = {"Summarised": 2}
+"""Classes above version 1 whose upcasts extract.py was checked against: Summarised v2
+only adds ``tokens_estimated`` (False for v1), a field the extraction does not read."""
+
+
 def test_every_event_class_is_at_version_one() -> None:
     # The SQL extraction reads stored JSON directly (projections/analytics/extract.py):
     # an upcast (class_version 2) must be mirrored there before this is changed.
     for outer in (Session, Quarantine):
         for name, cls in vars(outer).items():
             if isinstance(cls, type) and hasattr(cls, "class_version"):
-                assert cls.class_version == 1, f"{outer.__name__}.{name}: update extract.py"
+                expected = MIRRORED_VERSIONS.get(name, 1)
+                assert cls.class_version == expected, f"{outer.__name__}.{name}: update extract.py"
 
 
 def test_named_query_parameters(services: Services) -> None:

@@ -37,7 +37,8 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7407
-EXPECTED_SHA256 = "3cd307abcd87f0310204602d2ff5183dcd800ef8da71717e07818e8f4c1d9fa7"
+EXPECTED_SHA256 = "2b088675996587f3408afa2d6da06b7ecadd6c99b99694840ea9938a1d5de2bb"
+# Re-derived after merging fix-openclaw-cursor and fix-summaries: both changes below.
 # Re-derived on 2026-11-25, last: the same 7,407 rows; 32 differ. (1) Cursor transcript
 # tool calls without an id carry the alias ``call:{hash of name and input}:{n}`` (their
 # completions ``…:end``), which the aggregate gives the hooks' copy of the call: 3 rows.
@@ -46,6 +47,11 @@ EXPECTED_SHA256 = "3cd307abcd87f0310204602d2ff5183dcd800ef8da71717e07818e8f4c1d9
 # status: 20 Claude Code transcript rows of two sessions (a task notification after the
 # Stop, and what followed it) keep WAITING instead of PROCESSING; the other 9 rows
 # differ only in their digest (the chain after a changed row).
+# Re-derived on 2026-11-25 (fix-summaries): the same 7,407 rows; a Codex rollout's
+# function_call_output that is text for a call Codex did not run ("failed in sandbox …
+# exit code: 2", "patch rejected by user") is now a failed ToolCallCompleted (is_error,
+# error = its first line): 4 rows of the agentcmd rollout 01997e76, and the rows after
+# them in its stream differ only in their digest.
 # Re-derived on 2026-11-25, later still: a tool call's completion whose start the
 # stream never saw now appends a ToolCallStarted derived from it first (record_key
 # ``derived:…``; Session._start_unseen_call), and a start arriving after that is kept as

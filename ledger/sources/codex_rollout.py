@@ -17,7 +17,9 @@ Format source: ``shared/research/FORMATS.md`` A6 (``RolloutItem`` in ``openai/co
 * ``response_item``: ``message`` (assistant) -> ``AssistantReplied``; ``function_call``,
   ``custom_tool_call``, ``local_shell_call`` -> ``ToolCallStarted`` (key
   ``tool:{call_id}:start``); ``function_call_output``/``custom_tool_call_output`` ->
-  ``ToolCallCompleted`` (failed when ``metadata.exit_code`` is not 0).
+  ``ToolCallCompleted`` (failed when ``metadata.exit_code`` is not 0, or when the output
+  is Codex's text for a call it did not run: ``failed in sandbox …``, ``patch rejected by
+  user``).
 * ``event_msg``: ``user_message`` -> ``PromptSubmitted``; ``token_count`` -> a
   ``UsageRecorded`` of the *delta* of the cumulative ``total_token_usage`` (an unchanged
   snapshot records nothing new and is kept as a record; a total that goes down starts a
@@ -58,6 +60,8 @@ _THREAD_IN_NAME = re.compile(
 )
 _CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
+_REFUSED = re.compile(r"failed in sandbox |\S+ rejected by user")
+"""Plain-text outputs of a call Codex did not run (sandbox failure, the user said no)."""
 
 
 PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
@@ -336,6 +340,11 @@ class RolloutParser:
             else None
         )
         failed = exit_code is not None and exit_code != 0
+        error = f"exit code {exit_code}" if failed else None
+        if isinstance(output, str) and _REFUSED.match(output):
+            # Codex answers a call it did not run with text, not JSON: "failed in sandbox
+            # … exit code: 2, stdout: …", "patch rejected by user"
+            failed, error = True, output.splitlines()[0][:200] if output.strip() else output
         return [
             Observation(
                 ref,
@@ -345,7 +354,7 @@ class RolloutParser:
                     "tool_use_id": call_id,
                     "output": output,
                     "is_error": failed,
-                    "error": f"exit code {exit_code}" if failed else None,
+                    "error": error,
                     "duration_ms": duration,
                 },
                 **common,

@@ -15,7 +15,8 @@ agent's figure, else completion minus start.
 
 Stored state format: the JSON object :func:`ledger.envelope.stored_bytes` writes (the
 event's fields; the raw record after a NUL byte is cut off before staging). Every
-event class is at ``class_version`` 1; an upcast (``class_version`` > 1) must be
+event class is at ``class_version`` 1 but ``Session.Summarised`` (2: adds
+``tokens_estimated``, which nothing here reads); an upcast (``class_version`` > 1) must be
 mirrored here — ``tests/test_analytics.py`` fails when a class's version moves.
 """
 
