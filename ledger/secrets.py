@@ -55,16 +55,21 @@ _VALUE = (
 _ASSIGN = r"(?:\\?[\"'])?\s{0,4}[=:]\s{0,4}"
 _CODE_ASSIGN = r" ?[=:] ?\\?[\"']"
 """``name = 'value'`` in code: at most a space on either side of the ``=``/``:``, then the
-quote, so every name the rule accepts is followed by one of :data:`_CODE_LITERALS`."""
-_CODE_LITERALS = tuple(
-    f"{word}{before}{op}{after}{quote}"
-    for word in ("key", "secret", "token")
-    for before in ("", " ")
-    for op in "=:"
-    for after in ("", " ")
-    # a ``"`` is ``\"`` in JSON text
-    for quote in ("'", '"', '\\"')
-)
+quote, so every name the rule accepts is followed by one of :func:`_code_literals`."""
+
+
+def _code_literals() -> tuple[str, ...]:
+    """``key='``, ``secret : "``, ``token= \\"`` …: the literals the code rule needs."""
+    return tuple(
+        f"{word}{before}{op}{after}{quote}"
+        for word in ("key", "secret", "token")
+        for before in ("", " ")
+        for op in "=:"
+        for after in ("", " ")
+        # a ``"`` is ``\"`` in JSON text
+        for quote in ("'", '"', '\\"')
+    )
+
 
 _SECRET_NAME_SUFFIXES = (
     "_KEY", "_SECRET", "_TOKEN", "PASSWORD", "PASSWD", "_PWD", "_PASS", "_CREDENTIALS",
@@ -340,7 +345,7 @@ def catalogue() -> tuple[Rule, ...]:
             ignore_case=True, accept=_looks_like_password),
         # ``api_key = 'live_…'``: after the rules above, so an UPPER name or a password
         # keeps its own kind
-        Rule("code_secret_assignment", _CODE_LITERALS, _r(
+        Rule("code_secret_assignment", _code_literals(), _r(
             # not after a word character, nor inside a ``\\n`` escape of raw JSON text
             r"(?:(?<![A-Za-z0-9_\\])|(?<=\\[nrt]))"
             r"(?P<name>[A-Za-z_][A-Za-z0-9_]{0,64})" + _CODE_ASSIGN + r"(?!\[redacted:)"
