@@ -22,7 +22,11 @@ and runs ``ProjectionRunner.catch_up`` whenever it is woken.
   ``STALL_S`` (1 s) while behind, the delegate declines and the parent catches up
   itself (exactly once either way: the runner's conditional tracking update), so a
   projection error surfaces in the parent as before. :meth:`ensure_running` (called by
-  the server's background thread) starts a child that died again.
+  the server's background thread) starts a child that died again: at once the first
+  time, then, while children keep dying within ``HEALTHY_S`` (60 s) of their start,
+  after ``RESTART_DELAY_S`` doubled per failure up to ``RESTART_MAX_S`` (a child that
+  cannot start, e.g. its data directory was removed, no longer costs a process start
+  every 0.1 s, forever).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ POLL_S = 0.1
 WAIT_POLL_S = 0.003
 STALL_S = 1.0
 STOP_TIMEOUT_S = 30.0
+RESTART_DELAY_S = 0.5
+RESTART_MAX_S = 60.0
+HEALTHY_S = 60.0
 NICE = 10
 """Added to the child's niceness: on a busy machine the scheduler favours the server
 (ingest, SSE fan-out: latency-bound) over the projections (eventually consistent; a
@@ -109,6 +116,9 @@ class ProjectionProcess:
         self._proc: SpawnProcess | None = None
         self._stopped = False
         self.restarts = 0
+        self._started_at = 0.0
+        self._failures = 0  # children that died within HEALTHY_S of their start, in a row
+        self._next_start = 0.0
 
     def start(self) -> None:
         self._spawn()
@@ -126,6 +136,7 @@ class ProjectionProcess:
         )
         with _sigint_ignored():
             self._proc.start()
+        self._started_at = time.monotonic()
         reader.close()  # the child has its own copy
         old, self._wake = self._wake, writer
         if old is not None:
@@ -140,12 +151,24 @@ class ProjectionProcess:
         return {"pid": pid, "alive": self.alive(), "restarts": self.restarts}
 
     def ensure_running(self) -> None:
-        """Start the child again if it died (logged with its exit code)."""
-        if self._proc is not None and not self._proc.is_alive() and not self._stopped:
-            log.error("projection process exited (code %s); starting it again",
-                      self._proc.exitcode)
-            self.restarts += 1
-            self._spawn()
+        """Start the child again if it died (logged with its exit code), backing off
+        while children keep dying soon after their start (module docstring)."""
+        if self._proc is None or self._proc.is_alive() or self._stopped:
+            return
+        now = time.monotonic()
+        if self._next_start == 0.0:  # just found dead
+            self._failures = self._failures + 1 if now - self._started_at < HEALTHY_S else 0
+            delay = 0.0 if self._failures <= 1 else min(
+                RESTART_MAX_S, RESTART_DELAY_S * 2 ** (self._failures - 2)
+            )
+            self._next_start = now + delay
+            log.error("projection process exited (code %s); starting it again%s",
+                      self._proc.exitcode, f" in {delay:g} s" if delay else "")
+        if now < self._next_start:
+            return
+        self._next_start = 0.0
+        self.restarts += 1
+        self._spawn()
 
     def stop(self) -> None:
         """Stop the child after its current section (its transactions are atomic)."""

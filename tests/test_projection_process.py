@@ -152,3 +152,31 @@ def test_ctrl_c_stops_the_server_and_its_child_quietly(settings: Settings) -> No
             proc.wait()
     assert proc.returncode == 0, err.decode()
     assert b"Traceback" not in err and b"starting it again" not in err, err.decode()
+
+
+def test_a_child_that_keeps_dying_is_started_again_with_a_growing_delay(services) -> None:  # type: ignore[no-untyped-def]
+    # The first death restarts it at once; a second one soon after its start waits
+    # RESTART_DELAY_S, the next twice that (before: a child that could not start was
+    # started again every 0.1 s, forever).
+    from api.projection_process import RESTART_DELAY_S, ProjectionProcess
+
+    pp = ProjectionProcess(services)
+    pp.start()
+    try:
+        waits = []
+        for expected_restarts in (1, 2, 3):
+            os.kill(pp.health()["pid"], signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while pp.alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            started = time.monotonic()
+            while pp.restarts < expected_restarts:
+                pp.ensure_running()
+                time.sleep(0.01)
+            waits.append(time.monotonic() - started)
+            assert pp.alive()
+        assert waits[0] < RESTART_DELAY_S, waits
+        assert RESTART_DELAY_S <= waits[1] < 2 * RESTART_DELAY_S + 1, waits
+        assert 2 * RESTART_DELAY_S <= waits[2], waits
+    finally:
+        pp.stop()
