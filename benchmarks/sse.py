@@ -58,12 +58,11 @@ def free_port() -> int:
 
 
 def payloads(count: int) -> list[dict[str, Any]]:
-    """``count`` real PreToolUse/PostToolUse payloads of one session, each made distinct
-    (``tool_use_id`` suffixed; subagent fields dropped) so each appends one event."""
-    real = [
-        *json.loads((COORP / "pre_tool_use.json").read_bytes()),
-        *json.loads((COORP / "post_tool_use.json").read_bytes()),
-    ]
+    """``count`` real PreToolUse payloads of one session, each made distinct
+    (``tool_use_id`` suffixed; subagent fields dropped) so each appends one event. (A
+    PostToolUse whose start was never seen also appends the start derived from it: two
+    events, since ``a4a0d05``.)"""
+    real = json.loads((COORP / "pre_tool_use.json").read_bytes())
     out = []
     for i in range(count):
         p = {k: v for k, v in real[i % len(real)].items() if k not in ("agent_id", "agent_type")}
