@@ -171,6 +171,8 @@ def create_app(
         found = await anyio.to_thread.run_sync(lambda: queries.session_summaries(services.models, sid))
         return JSONResponse({"session_id": sid, "summaries": found})
 
+    data_dir_id = services.settings.data_dir_id()
+
     async def healthz(_request: Request) -> Response:
         status = await anyio.to_thread.run_sync(services.runner.status)
         error = background.error or hooks.pump.error or summaries.error
@@ -178,6 +180,7 @@ def create_app(
             "ok": error is None,
             "head": status[0].head if status else 0,
             "projections": {s.name: {"position": s.position, "lag": s.lag} for s in status},
+            "data_dir_id": data_dir_id,
         }
         if process is not None:
             body["projection_process"] = process.health()

@@ -6,6 +6,7 @@ Registered on the ``hookledger`` group in :mod:`api.cli`.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ def uninstall_hooks(ctx: click.Context, agent: str, scope: str, url: str | None)
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     """Check: hooks installed, server reachable, spool empty. Exit 1 if any is not."""
+    from urllib.parse import urlsplit
+
     from api.hook_install import (
         EVENTS,
         SettingsError,
@@ -85,7 +88,7 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
         load_settings,
         settings_path,
     )
-    from api.hot_path.hook_fast import DEFAULT_URL, http
+    from api.hot_path.hook_fast import DEFAULT_URL, http, is_loopback_host
     from ledger.journal import JOURNAL
 
     command = _command(ctx, None)
@@ -110,9 +113,20 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     # the server the hooks send to: --url, else the one install-hooks --url baked in
     target = (url or (baked[0] if baked else None) or os.environ.get("HOOKLEDGER_URL")
               or DEFAULT_URL).rstrip("/")
+    settings = ctx.obj["settings"]
     try:  # as the hooks ask it: their HTTP client, with HOOKLEDGER_TOKEN when set
-        status, _ = http("GET", target, "/healthz", None, {}, 2)
+        status, health = http("GET", target, "/healthz", None, {}, 2)
         server: dict[str, Any] = {"url": target, "reachable": status == 200, "status": status}
+        if status == 200 and is_loopback_host(urlsplit(target).hostname or ""):
+            # the hooks spool into this data directory; only a server on it drains that
+            theirs = json.loads(health).get("data_dir_id")
+            server["same_data_dir"] = theirs == settings.data_dir_id()
+            if theirs is not None and not server["same_data_dir"]:
+                server["error"] = (
+                    f"this server serves another data directory than {settings.data_dir}, "
+                    "where the hooks spool: start it with this --data-dir, or install the "
+                    "hooks with the server's"
+                )
         if status == 200:  # /healthz is open: does the server take the hooks' token?
             status, _ = http("GET", target, "/v1/sessions?limit=1", None, {}, 2)
             server["accepts_token"] = status == 200
@@ -125,14 +139,15 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
     except Exception as e:
         server = {"url": target, "reachable": False, "error": str(e)}
 
-    spool_dir: Path = ctx.obj["settings"].data_dir / "spool"
+    spool_dir: Path = settings.data_dir / "spool"
     pending = sorted(
         p.name for p in (spool_dir.iterdir() if spool_dir.is_dir() else [])
         if p.name.endswith(".aside") or (p.name == JOURNAL and p.stat().st_size > 0)
     )
     report["server"] = server
     report["spool"] = {"path": str(spool_dir), "empty": not pending, "pending": pending}
-    report["ok"] = hooks_ok and server["reachable"] and not pending
+    report["ok"] = (hooks_ok and server["reachable"] and not pending
+                    and server.get("same_data_dir", True))
     if as_json:
         dump(report)
     else:

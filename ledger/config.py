@@ -93,6 +93,14 @@ class Settings:
             "APPLICATION_RECORDER_TOPIC": "ledger.recorders:PollingSQLiteApplicationRecorder",
         }
 
+    def data_dir_id(self) -> str:
+        """16 hex characters naming this data directory (sha256 of its resolved path):
+        ``/healthz`` shows it, so ``doctor`` can tell that a local server serves another
+        data directory than the hooks spool into, without the path itself."""
+        import hashlib
+
+        return hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:16]
+
     def store_identity(self) -> str:
         """Names the event store these settings open, for records kept beside it in the
         data directory (export anchors): ``sqlite:events.db`` (the data directory's

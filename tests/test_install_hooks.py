@@ -206,6 +206,29 @@ def test_doctor_reports_hooks_server_and_spool(settings: Settings, tmp_path: Pat
     assert report["ok"] is True and out.returncode == 0
 
 
+def test_doctor_tells_when_the_local_server_serves_another_data_directory(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Hooks installed for one data directory spool there; a local server started on
+    # another never drains it. Before, doctor called that server "reachable" and stopped.
+    home = tmp_path / "home"
+    home.mkdir()
+    other = tmp_path / "other-data"
+    assert hookledger(home, other, "install-hooks", "claude-code").returncode == 0
+    srv = Server(settings).start()
+    try:
+        wrong = hookledger(home, other, "doctor", "--json", "--url", srv.url)
+        right = hookledger(home, settings.data_dir, "doctor", "--json", "--url", srv.url)
+        text = hookledger(home, other, "doctor", "--url", srv.url)
+    finally:
+        srv.stop()
+    report = json.loads(wrong.stdout)
+    assert wrong.returncode == 1 and report["ok"] is False
+    assert report["server"]["reachable"] is True and report["server"]["same_data_dir"] is False
+    assert str(other) in report["server"]["error"] and "data directory" in text.stdout
+    assert json.loads(right.stdout)["server"]["same_data_dir"] is True
+
+
 def test_hooks_installed_with_a_url_send_there_and_doctor_and_uninstall_find_them(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -277,5 +300,6 @@ def test_doctor_tells_when_the_server_refuses_the_hooks_token(
     assert wrong.returncode == 1 and report["server"]["reachable"] is False
     assert "refuses the token" in report["server"]["error"]
     assert json.loads(right.stdout)["server"] == {
-        "url": srv.url, "reachable": True, "status": 200, "accepts_token": True
+        "url": srv.url, "reachable": True, "status": 200, "accepts_token": True,
+        "same_data_dir": True,
     }
