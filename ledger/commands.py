@@ -25,7 +25,7 @@ from uuid import UUID, uuid5
 
 from eventsourcing.persistence import IntegrityError
 
-from ledger.envelope import seal
+from ledger.envelope import seal, start_stream
 from ledger.jobs import append_decision, decide
 from ledger.lifecycle import COMMAND_TRANSITIONS, SessionStatus
 from ledger.observation import SESSION_NAMESPACE
@@ -219,10 +219,7 @@ def _save_fork(
             "digest": "",
         }
     )
-    first = seal("", first)
-    child = first.mutate(None)
-    assert isinstance(child, Session)
-    child.pending_events.append(first)
+    child = start_stream(first, Session)
     append_decision(
         child,
         Session.ForkedFrom,

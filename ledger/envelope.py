@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 from uuid import UUID
 
 import orjson
@@ -182,6 +182,20 @@ def stored_bytes(event: LedgerEvent) -> bytes:
             head = orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z)
             return b"".join((head, RAW_SEPARATOR, tail))  # one copy of the raw bytes
     return orjson.dumps(state, default=_json_default, option=orjson.OPT_UTC_Z)
+
+
+A = TypeVar("A")
+
+
+def start_stream(opened: LedgerEvent, cls: type[A]) -> A:
+    """A new aggregate of type ``cls`` from its first event ``opened`` (not yet sealed):
+    the event sealed as the first link of the stream's chain, applied, and left pending
+    to be saved."""
+    event = seal("", opened)
+    agg = event.mutate(None)
+    assert isinstance(agg, cls)
+    agg.pending_events.append(event)  # type: ignore[attr-defined]
+    return agg
 
 
 def seal(previous: str, event: LedgerEvent) -> LedgerEvent:

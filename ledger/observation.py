@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 
 SESSION_NAMESPACE = uuid.UUID("6f1c2a52-39a4-4bb5-8a4e-0c5a3d1f9b21")
+TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+"""The four token counts of a ``UsageRecorded`` (Anthropic's convention, docs/cost.md)."""
 
 
 def session_id(agent: str, external_id: str) -> uuid.UUID:

@@ -17,7 +17,7 @@ from uuid import UUID, uuid5
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
-from ledger.envelope import LedgerEvent, seal
+from ledger.envelope import LedgerEvent, seal, start_stream
 from ledger.observation import SESSION_NAMESPACE, Rejected
 from ledger.privacy import redact_text
 
@@ -73,11 +73,7 @@ class Quarantine(BaseAggregate[UUID]):
             source_format="hookledger.quarantine",
             source=source,
         )
-        event = seal("", event)
-        agg = event.mutate(None)
-        assert isinstance(agg, Quarantine)
-        agg.pending_events.append(event)
-        return agg
+        return start_stream(event, Quarantine)
 
     def reject(self, rejected: Rejected, recorded_at: datetime) -> int:
         """Append the rejected input unless the same bytes at the same place are in."""

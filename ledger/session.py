@@ -18,9 +18,9 @@ import orjson
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
-from ledger.envelope import LedgerEvent, MemoryObservation, Redaction, seal
+from ledger.envelope import LedgerEvent, MemoryObservation, Redaction, seal, start_stream
 from ledger.lifecycle import ENDED_STATES, Liveness, SessionStatus
-from ledger.observation import Observation, json_hash
+from ledger.observation import TOKENS, Observation, json_hash
 
 S = SessionStatus
 
@@ -38,7 +38,6 @@ _ACTIVITY = frozenset(
 )
 
 
-_TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 # Sources whose usage is a thread's running total, recorded as differences (``running_total``
 # in :meth:`Session.observe`): the sum of their recorded usage is the last total recorded.
 _RUNNING_TOTAL_SOURCES = frozenset({"codex.exec-json"})
@@ -412,11 +411,7 @@ class Session(BaseAggregate[UUID]):
             "cwd": ref.cwd,
         }
         event = cls.Opened(**fields)
-        event = seal("", event)
-        agg = event.mutate(None)
-        assert isinstance(agg, Session)
-        agg.pending_events.append(event)
-        return agg
+        return start_stream(event, Session)
 
     # -- commands -----------------------------------------------------------------
 
@@ -493,7 +488,7 @@ class Session(BaseAggregate[UUID]):
         before = self.running_usage.get(obs.source_format)
         if not before:
             return obs.data
-        tokens = {k: int(obs.data.get(k, 0)) - before.get(k, 0) for k in _TOKENS}
+        tokens = {k: int(obs.data.get(k, 0)) - before.get(k, 0) for k in TOKENS}
         if any(v < 0 for v in tokens.values()):
             return obs.data
         if not any(tokens.values()):
@@ -698,8 +693,8 @@ class Session(BaseAggregate[UUID]):
             case Session.ToolCallCompleted() if event.tool_use_id in self.unpaired_calls:
                 del self.unpaired_calls[event.tool_use_id]
             case Session.UsageRecorded() if event.source_format in _RUNNING_TOTAL_SOURCES:
-                sums = self.running_usage.setdefault(event.source_format, dict.fromkeys(_TOKENS, 0))
-                for k in _TOKENS:
+                sums = self.running_usage.setdefault(event.source_format, dict.fromkeys(TOKENS, 0))
+                for k in TOKENS:
                     sums[k] += getattr(event, k)
             case Session.TurnEnded():
                 if event.batch == self.batch:
@@ -717,7 +712,6 @@ class Session(BaseAggregate[UUID]):
             case _:
                 pass
         self.liveness.apply(self, event)
-
 
     def _count_live_prompt(self, event: Session.Event) -> None:
         capture = _live_capture(event.source_format)

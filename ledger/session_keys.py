@@ -32,7 +32,7 @@ from uuid import UUID, uuid5
 from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
-from ledger.envelope import LedgerEvent, seal
+from ledger.envelope import LedgerEvent, seal, start_stream
 from ledger.observation import SESSION_NAMESPACE
 
 
@@ -90,11 +90,7 @@ class SessionKey(BaseAggregate[UUID]):
             source_format=source_format,
             session_key=key,
         )
-        event = seal("", event)
-        agg = event.mutate(None)
-        assert isinstance(agg, SessionKey)
-        agg.pending_events.append(event)
-        return agg
+        return start_stream(event, SessionKey)
 
     def bind(
         self,

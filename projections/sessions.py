@@ -19,12 +19,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.lifecycle import ENDED_STATES, SessionStatus
+from ledger.observation import TOKENS
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.pricing import cost_usd
 from projections.rows import RowCache
-
-TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 def usage_cost(e: Session.UsageRecorded) -> tuple[float | None, int]:

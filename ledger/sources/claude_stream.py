@@ -33,12 +33,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ledger.observation import Observation, Rejected, SessionRef, json_hash
+from ledger.observation import TOKENS, Observation, Rejected, SessionRef, json_hash
 from ledger.sources.claude_common import AGENT, classify_prompt, tool_error_text
 from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
 
 SOURCE_FORMAT = "claude-code.stream-json"
-TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 STREAM_TYPES = frozenset(
     {"system", "assistant", "user", "result", "stream_event", "rate_limit_event"}
 )
