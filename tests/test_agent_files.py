@@ -18,8 +18,9 @@ import pytest
 
 from api.bootstrap import Services
 from ledger.envelope import raw_record
-from ledger.importer import detect, import_paths
+from ledger.importer import import_paths
 from ledger.observation import SessionRef
+from ledger.parsing import detect
 from projections import queries
 
 from conftest import FIXTURES

@@ -14,8 +14,8 @@ import pytest
 
 from api import cli_reference
 from ledger import catalogue
-from ledger.importer import discover, parse_file
 from ledger.observation import Observation
+from ledger.parsing import discover, parse_file
 from ledger.session import Session
 from ledger.sources import claude_hooks
 

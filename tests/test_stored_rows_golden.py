@@ -91,7 +91,7 @@ def rows_digest(services: Services) -> tuple[int, str]:
 def fixtures_at_a_fixed_path() -> Path:
     """The fixtures under one absolute path on every machine (a symlink, replaced
     atomically): a rejected input names its file by its absolute path
-    (:func:`ledger.importer.discover`), which is part of the stored rows."""
+    (:func:`ledger.parsing.discover`), which is part of the stored rows."""
     root = Path("/tmp/hookledger-golden")
     if os.name != "posix":
         pytest.skip("needs /tmp and symlinks")

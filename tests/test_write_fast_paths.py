@@ -28,9 +28,9 @@ from ledger.app import Ledger
 from ledger.config import Settings
 from ledger.envelope import RAW_SEPARATOR, Redaction, _json_default, seal, stored_bytes
 from ledger.event_store import LedgerEventStore
-from ledger.importer import parse_file
 from ledger.mapper import OrjsonTranscoder, PydanticMapper, new_stored_event
 from ledger.observation import Observation
+from ledger.parsing import parse_file
 from ledger.session import Session
 
 from conftest import FIXTURES

@@ -1,6 +1,6 @@
 """Detection and parsing of the Claude stream-json and Codex files for ``hookledger import``.
 
-Called first by :func:`ledger.importer.detect` and :func:`ledger.importer.parse_file`.
+Called first by :func:`ledger.parsing.detect` and :func:`ledger.parsing.parse_file`.
 Detection looks at the first complete lines of a file:
 
 * ``codex.rollout``: records ``{timestamp, type, payload{...}}`` (FORMATS.md A6);

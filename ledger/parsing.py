@@ -1,0 +1,202 @@
+"""Reading agent files: finding them, detecting their format and parsing them into facts
+(:class:`~ledger.observation.Observation` and :class:`~ledger.observation.Rejected`).
+
+The part of ``hookledger import`` that needs no event store: an import's parsing
+workers (:mod:`ledger.importer`) import only this module and the source parsers, so a
+worker starts in a fraction of the time a process importing the ledger takes.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from ledger import jsontext
+from ledger.gcpause import gc_paused
+from ledger.observation import Observation, Rejected
+from ledger.privacy import redact_text
+from ledger.sources import agent_files, claude_transcript, stream_formats
+
+SUFFIXES = (".jsonl", ".json")
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Files under ``paths`` (recursively for directories) with a known suffix, sorted,
+    each once, as normalised absolute paths (``os.path.abspath``; symlinks are kept as
+    given): a file's path names the quarantine stream of its rejected lines
+    (:func:`ledger.quarantine.quarantine_id`), so ``./x.jsonl`` and ``/home/me/x.jsonl``
+    must be one name, or a re-import under the other spelling would append its rejected
+    lines again."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            root = Path(os.path.abspath(p))
+            found.extend(f for f in sorted(root.rglob("*")) if f.is_file() and f.suffix in SUFFIXES)
+        elif p.is_file():
+            found.append(Path(os.path.abspath(p)))
+        else:
+            raise FileNotFoundError(f"no such file or directory: {p}")
+    return list(dict.fromkeys(found))
+
+
+HEAD_BYTES = 1 << 20
+HEAD_LINES = 32
+
+
+def detection_head(path: Path, data: bytes) -> bytes:
+    """What :func:`detect` reads of a file's ``data``. A JSONL file: its first
+    :data:`HEAD_BYTES` bytes, or more, to the end of its first :data:`HEAD_LINES` lines,
+    so a transcript whose first records are larger than that (a prompt with a pasted
+    screenshot) is still recognised by them. Any other file: all of it (a JSON document
+    is parsed whole anyway)."""
+    if path.suffix != ".jsonl" or len(data) <= HEAD_BYTES:
+        return data
+    end = 0
+    for _ in range(HEAD_LINES):
+        nl = data.find(b"\n", end)
+        if nl < 0:
+            return data
+        end = nl + 1
+    return data[: max(HEAD_BYTES, end)]
+
+
+def detect(path: Path, head: bytes) -> str | None:
+    """Format of a file from its name and first bytes; None when not an agent file."""
+    if path.name.endswith(".meta.json"):
+        return None
+    if (other := agent_files.detect(path, head)) is not None:  # Gemini CLI, Cursor, OpenClaw
+        return other
+    stream = stream_formats.detect(path, head)  # Claude stream-json, Codex exec / rollouts
+    if stream is not None:
+        return stream
+    if path.suffix == ".jsonl":
+        lines = head.split(b"\n")
+        return "claude-code.transcript" if _looks_like_claude(_objects(lines[:-1] or lines)) else None
+    if head.lstrip().startswith(b"["):
+        return "claude-code.transcript-array"
+    return None
+
+
+_CLAUDE_TYPES = {"user", "assistant", "system", "summary", "progress", "file-history-snapshot",
+                 "queue-operation", "attachment"}
+
+
+def _objects(lines: Iterable[bytes]) -> Iterator[Any]:
+    for line in lines:
+        try:
+            yield jsontext.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+
+
+def _looks_like_claude(records: Iterable[Any]) -> bool:
+    """Claude Code transcript records carry ``sessionId`` (camelCase) and a known ``type``;
+    Gemini JSONL carries ``projectHash``/``$set``, Codex ``payload``; stream-json uses
+    ``session_id``."""
+    seen = False
+    for rec in records:
+        if not isinstance(rec, dict):
+            continue
+        if "projectHash" in rec or "$set" in rec or "payload" in rec:
+            return False
+        if "sessionId" in rec and rec.get("type") in _CLAUDE_TYPES:
+            seen = True
+    return seen
+
+
+def parse_file(path: Path) -> Iterator[Observation | Rejected]:
+    """Observations and rejected lines of one file.
+
+    Raises:
+        ValueError: not a recognised agent file.
+        OSError: the file cannot be read.
+    """
+    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # written by some editors
+    fmt = detect(path, detection_head(path, data))
+    source = str(path)
+    if fmt in agent_files.FORMATS:
+        yield from agent_files.parse(fmt, path, data)
+    elif fmt in stream_formats.FORMATS:
+        yield from stream_formats.parse(fmt, path, data)
+    elif fmt == "claude-code.transcript":
+        meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
+        agent_type, redactions = (
+            _meta_agent_type(meta) if path.name.startswith("agent-") else (None, [])
+        )
+        facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
+        yield from _record_meta_redactions(facts, agent_type, redactions) if redactions else facts
+    elif fmt == "claude-code.transcript-array":
+        try:
+            records = jsontext.loads(data)
+        except orjson.JSONDecodeError as e:
+            fmt_name = claude_transcript.SOURCE_FORMAT
+            yield Rejected(source, "file", f"not valid JSON: {e}", data, "claude-code", fmt_name)
+            return
+        if not isinstance(records, list):
+            raise ValueError("a JSON document that is not an array")
+        if records and isinstance(records[0], dict) and "hook_event_name" in records[0]:
+            raise ValueError("a JSON array of hook payloads (replay it with POST /v1/hooks/…)")
+        if not _looks_like_claude(records[:50]):
+            raise ValueError("a JSON array that is not a Claude Code transcript")
+        yield from claude_transcript.parse_array(records, source)
+    else:
+        raise ValueError("not a recognised agent transcript")
+
+
+def _meta_agent_type(meta: Path) -> tuple[str | None, list[dict[str, Any]]]:
+    """``agentType`` from a subagent's ``agent-<id>.meta.json`` (CC 2.1), if present, as
+    privacy leaves it (:func:`ledger.privacy.redact_text`), and the redactions made."""
+    try:
+        value = jsontext.loads(meta.read_bytes()).get("agentType")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None, []
+    if not isinstance(value, str):
+        return None, []
+    return redact_text(value, f"{meta.name}:$.agentType")
+
+
+def _record_meta_redactions(
+    facts: Iterator[Observation | Rejected], agent_type: str | None, redactions: list[dict[str, Any]]
+) -> Iterator[Observation | Rejected]:
+    """``facts``, the first of the subagent's own (the stream it opens holds the
+    ``agentType``) recording the redactions made in its ``.meta.json``."""
+    pending = True
+    for fact in facts:
+        if pending and isinstance(fact, Observation) and fact.session.agent_type == agent_type:
+            fact.redactions = (*fact.redactions, *redactions)
+            pending = False
+        yield fact
+
+
+class ParsedFile(NamedTuple):
+    """What was read from one file: its facts, or why it was skipped (facts read before
+    the error are kept), and the process that parsed it."""
+
+    path: Path
+    facts: list[Observation | Rejected]
+    skipped: str | None
+    metadata: bool
+    parsed_by: int
+
+
+def parse_one(path: Path) -> ParsedFile:
+    pid = os.getpid()
+    if path.name.endswith(".meta.json"):  # read with its agent-*.jsonl (agentType)
+        return ParsedFile(path, [], None, True, pid)
+    facts: list[Observation | Rejected] = []
+    try:
+        facts.extend(parse_file(path))
+    except (ValueError, OSError) as e:  # unknown format, unreadable file
+        return ParsedFile(path, facts, str(e), False, pid)
+    return ParsedFile(path, facts, None, False, pid)
+
+
+def parse_run(paths: list[Path]) -> list[ParsedFile]:
+    """Parse ``paths`` in order (in an import's worker, or in the importing process)."""
+    with gc_paused():
+        return [parse_one(p) for p in paths]
