@@ -70,6 +70,11 @@ def import_cmd(
     )
     for skipped in data["files_skipped"]:  # type: ignore[union-attr]
         click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)
+    for left in data["unfinished_lines_left"]:  # type: ignore[union-attr]
+        click.echo(
+            f"left for the next import: the last line of {left['path']} ({left['bytes']} "
+            "bytes), still being written", err=True,
+        )
 
 
 @main.command()

@@ -46,6 +46,9 @@ class ImportSummary:
     result: RecordResult = field(default_factory=RecordResult)
     parsed_by: set[int] = field(default_factory=set)
     """Process ids of the processes that parsed the files (this one, or the workers)."""
+    unfinished: list[tuple[str, int]] = field(default_factory=list)
+    """(path, bytes) of files whose last line was still being written: left for the next
+    import (:func:`ledger.parsing.unfinished_tail`)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -58,6 +61,7 @@ class ImportSummary:
             "rejected": self.result.rejected,
             "files_skipped": [{"path": p, "reason": r} for p, r in self.skipped],
             "parse_processes": len(self.parsed_by),
+            "unfinished_lines_left": [{"path": p, "bytes": n} for p, n in self.unfinished],
         }
 
 
@@ -178,6 +182,8 @@ def _record(
             summary.files += 1
         else:
             summary.skipped.append((str(f.path), f.skipped))
+        if f.unfinished:
+            summary.unfinished.append((str(f.path), f.unfinished))
     if batch:
         summary.result.add(ledger.record(batch))
     if progress is not None:

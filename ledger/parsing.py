@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -109,14 +110,68 @@ def _looks_like_claude(records: Iterable[Any]) -> bool:
     return seen
 
 
+WRITING_GRACE_S = 60.0
+"""A ``.jsonl`` file modified less than this many seconds ago may be in the middle of
+writing its last line: see :func:`unfinished_tail`."""
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of agent file ``path``, without a UTF-8 byte order mark (written by
+    some editors).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    return path.read_bytes().removeprefix(codecs.BOM_UTF8)
+
+
+def unfinished_tail(path: Path, data: bytes, now: float | None = None) -> int:
+    """Bytes at the end of ``data`` (read from ``path``) that are a line still being
+    written, to leave for a later import: 0, unless ``path`` is a ``.jsonl`` file whose
+    last line has no newline, is not valid JSON, and whose modification time is less
+    than :data:`WRITING_GRACE_S` seconds before ``now`` (default: the current time).
+
+    An agent appends a transcript line by line; an import that reads the file while a
+    line is half written would otherwise reject that half, and the next import, the
+    longer half, each as new rejected input. A last line still invalid once the file
+    has not changed for that long was cut (the writer stopped): it is parsed, and
+    rejected with its reason, like any malformed line.
+
+    Raises:
+        OSError: the file's modification time cannot be read.
+    """
+    if path.suffix != ".jsonl" or not data or data.endswith(b"\n"):
+        return 0
+    last = data[data.rfind(b"\n") + 1 :]
+    if not last.strip():
+        return 0
+    try:
+        jsontext.loads(last)
+    except orjson.JSONDecodeError:
+        age = (time.time() if now is None else now) - path.stat().st_mtime
+        return len(last) if age < WRITING_GRACE_S else 0
+    return 0
+
+
 def parse_file(path: Path) -> Iterator[Observation | Rejected]:
-    """Observations and rejected lines of one file.
+    """Observations and rejected lines of one file, all of it (see :func:`parse_one`
+    for what an import reads).
 
     Raises:
         ValueError: not a recognised agent file.
         OSError: the file cannot be read.
     """
-    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # written by some editors
+    yield from parse_data(path, read_file(path))
+
+
+def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
+    """Observations and rejected lines of ``data``, the content of agent file ``path``
+    (its format is detected from its name and first bytes).
+
+    Raises:
+        ValueError: not a recognised agent file.
+        OSError: a companion file (a subagent's ``.meta.json``) cannot be read.
+    """
     fmt = detect(path, detection_head(path, data))
     source = str(path)
     if fmt in agent_files.FORMATS:
@@ -175,25 +230,33 @@ def _record_meta_redactions(
 
 class ParsedFile(NamedTuple):
     """What was read from one file: its facts, or why it was skipped (facts read before
-    the error are kept), and the process that parsed it."""
+    the error are kept), the process that parsed it, and the bytes of a last line still
+    being written that were left unread (:func:`unfinished_tail`)."""
 
     path: Path
     facts: list[Observation | Rejected]
     skipped: str | None
     metadata: bool
     parsed_by: int
+    unfinished: int = 0
 
 
 def parse_one(path: Path) -> ParsedFile:
+    """Read and parse one file as an import does: all of it but a last line still being
+    written (:func:`unfinished_tail`). Never raises for the file: an unknown format or
+    a read error is given as ``skipped``."""
     pid = os.getpid()
     if path.name.endswith(".meta.json"):  # read with its agent-*.jsonl (agentType)
         return ParsedFile(path, [], None, True, pid)
     facts: list[Observation | Rejected] = []
+    unfinished = 0
     try:
-        facts.extend(parse_file(path))
+        data = read_file(path)
+        unfinished = unfinished_tail(path, data)
+        facts.extend(parse_data(path, data[: len(data) - unfinished]))
     except (ValueError, OSError) as e:  # unknown format, unreadable file
-        return ParsedFile(path, facts, str(e), False, pid)
-    return ParsedFile(path, facts, None, False, pid)
+        return ParsedFile(path, facts, str(e), False, pid, unfinished)
+    return ParsedFile(path, facts, None, False, pid, unfinished)
 
 
 def parse_run(paths: list[Path]) -> list[ParsedFile]:
