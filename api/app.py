@@ -1,18 +1,33 @@
 """The hookledger HTTP service (Starlette).
 
-Endpoints (JSON; times ISO-8601 UTC; tokens counts):
+Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds;
+``cost_usd`` USD):
 
-* ``POST /v1/hooks/{agent}`` — one hook payload. 202 ``{"appended", "duplicates",
-  "positions"}``; 400 ``{"error", "positions"}`` when it cannot be parsed (the body is
-  still recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency
-  key assigned once by the hook client), ``X-Hookledger-Captured-At`` and
-  ``X-Hookledger-Redactions`` (:mod:`api.hooks_ingest`).
-* ``GET /v1/sessions`` (``limit``, ``offset``, ``agent``, ``status``),
-  ``GET /v1/sessions/{id}`` (batches, tool calls, status history),
-  ``GET /v1/sessions/{id}/events`` (ledger events with positions and digests),
-  ``GET /healthz``.
+* ``POST /v1/hooks/{agent}`` (``claude-code``, ``codex``, ``gemini``, ``cursor``,
+  ``openclaw``) — one hook payload, the agent's hook JSON. 202 ``{"appended",
+  "duplicates", "positions", "sessions"}``; ``{"error", "rejected": true,
+  "positions"}`` with 400 when it cannot be parsed, 404 for an unknown agent, 413 over
+  the size limit (the body is still recorded as rejected input). Headers
+  ``X-Hookledger-Capture-Key`` (idempotency key assigned once by the hook client),
+  ``X-Hookledger-Captured-At`` and ``X-Hookledger-Redactions``
+  (:mod:`api.hooks_ingest`, ``docs/hooks.md``).
+* ``POST /v1/journal`` — many hook payloads in the spool's framing (a remote hook's
+  spool); 202 ``{"records", "appended", "duplicates", "rejected", "positions"}``.
+* ``GET /v1/sessions`` (``limit`` default 100, at most 1000; ``offset``; ``agent``;
+  ``status``) — ``{"sessions", "limit", "offset"}``, most recent activity first;
+  ``GET /v1/sessions/{id}`` (ledger id, the agent's id or a unique prefix: the session
+  with its batches, tool calls, status history, children and summaries; 404),
+  ``GET /v1/sessions/{id}/events`` (ledger events with positions, digests and raw
+  records), ``/plans`` (:mod:`api.plans`), ``/summaries``.
+* ``POST /v1/sessions/{id}/commands/{command}`` — operator commands
+  (:mod:`api.commands`, ``docs/lifecycle.md``).
+* ``GET /v1/search`` (:mod:`api.search`), ``GET /v1/context`` (:mod:`api.context`),
+  ``GET /v1/analytics`` and ``/v1/analytics/{query}`` (:mod:`api.analytics`).
 * ``GET /v1/stream`` — server-sent events (:mod:`api.stream`, ``docs/sse.md``);
   ``GET /`` — the web viewer (:mod:`api.viewer`).
+* ``GET /healthz`` — ``{"ok", "head", "projections": {name: {"position", "lag"}},
+  "data_dir_id"}`` (and ``projection_process``, ``error``); 503 when a background
+  thread failed. Open even when a token is required (:mod:`api.access`).
 
 The app is the single writer of the SQLite store. Reads answer after the projections
 have applied everything already in the log.

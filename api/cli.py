@@ -79,9 +79,9 @@ def import_cmd(
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="A JSON array, one object per session.")
-@click.option("--limit", type=int, default=None)
-@click.option("--agent", default=None)
-@click.option("--status", default=None)
+@click.option("--limit", type=int, default=None, help="At most this many sessions (default: all).")
+@click.option("--agent", default=None, help="Only this agent: claude-code, codex, gemini, cursor or openclaw.")
+@click.option("--status", default=None, help="Only this status, e.g. ACTIVE or COMPLETED (any case).")
 @click.pass_context
 def sessions(ctx: click.Context, as_json: bool, limit: int | None, agent: str | None, status: str | None) -> None:
     """List sessions, most recent activity first."""
@@ -113,7 +113,7 @@ def _cost_text(r: dict[str, Any]) -> str:
 
 @main.command()
 @click.argument("session")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The session with its batches, tool calls, status history and summaries, as JSON.")
 @click.pass_context
 def show(ctx: click.Context, session: str, as_json: bool) -> None:
     """Show one session (ledger id, agent's session id, or id prefix)."""
@@ -153,7 +153,7 @@ def _echo_calls(calls: Iterable[dict[str, Any]]) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts: events, sessions, rejected inputs, prompts, tool calls."""
@@ -209,9 +209,10 @@ def projections() -> None:
 
 
 @projections.command("status")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="A JSON array: name, position, head, lag.")
 @click.pass_context
 def projections_status(ctx: click.Context, as_json: bool) -> None:
+    """Each projection's log position, the log's head and the lag between them (events)."""
     services = _services(ctx)
     rows = [{"name": s.name, "position": s.position, "head": s.head, "lag": s.lag} for s in services.runner.status()]
     if as_json:
@@ -244,8 +245,8 @@ def projections_rebuild(ctx: click.Context, names: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8765, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8765, show_default=True, type=int, help="TCP port.")
 @click.option("--projections", "projections_in", type=click.Choice(["process", "thread"]),
               default="process", show_default=True,
               help="Where the projections run: a child process (both cores: ingest is not "

@@ -32,7 +32,7 @@ def _reader(ctx: click.Context) -> Any:
 @click.argument("query")
 @click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
-    show_default=True,
+    show_default=True, help="json: one array of row objects; parquet needs --output.",
 )
 @click.option(
     "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,

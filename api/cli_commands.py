@@ -29,9 +29,10 @@ def _command(name: str, help_text: str) -> None:
         "at_position",
         type=int,
         default=None,
-        help="fork only: the parent's log position to fork at (default: its head).",
+        help="The parent's log position to fork at (default: its head).",
+        hidden=name != "fork",  # accepted everywhere, refused with a message but on fork
     )
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="One JSON object: the command's result.")
     @click.pass_context
     def run(
         ctx: click.Context,

@@ -50,7 +50,8 @@ def install_hooks(ctx: click.Context, agent: str, scope: str, url: str | None) -
 
 @click.command("uninstall-hooks")
 @click.argument("agent", type=click.Choice(AGENTS))
-@click.option("--scope", type=click.Choice(SCOPES), default="user", show_default=True)
+@click.option("--scope", type=click.Choice(SCOPES), default="user", show_default=True,
+              help="user: ~/.claude/settings.json; project: ./.claude/settings.json")
 @click.option("--url", default=None,
               help="Ignored: hooks installed with any --url are removed.")
 @click.pass_context
@@ -71,7 +72,7 @@ def uninstall_hooks(ctx: click.Context, agent: str, scope: str, url: str | None)
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: hooks, server, spool, ok.")
 @click.option("--url", default=None,
               help="Server URL (default: the one install-hooks --url wrote, else "
                    "HOOKLEDGER_URL, else :8765).")

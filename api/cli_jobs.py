@@ -20,7 +20,7 @@ def jobs() -> None:
 @click.option(
     "--archive-after-days", type=int, default=None, help="Override the archive threshold."
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: now, examined, decisions, appended, sessions.")
 @click.pass_context
 def jobs_run(
     ctx: click.Context,

@@ -17,7 +17,7 @@ from api.cli_context import dump, services
 @click.option("--project", "cwd", help="Only sessions whose working directory is this path.")
 @click.option("--any", "any_term", is_flag=True, help="Match any word (default: every word).")
 @click.option("--recent", is_flag=True, help="Newest matches first (default: best first).")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 500))
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 500), help="Hits.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: query and hits.")
 @click.pass_context
 def search_cmd(ctx: click.Context, query: tuple[str, ...], kinds: tuple[str, ...], session_ref: str | None,

@@ -14,7 +14,7 @@ def summaries() -> None:
 
 @summaries.command("run")
 @click.option("--once", is_flag=True, required=True, help="Summarise what is pending once and exit.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: written (by summariser), fallbacks (by reason), tokens, appended.")
 @click.pass_context
 def summaries_run(ctx: click.Context, once: bool, as_json: bool) -> None:
     """Summarise every completed batch and ended session that has no summary yet (the
@@ -33,7 +33,7 @@ def summaries_run(ctx: click.Context, once: bool, as_json: bool) -> None:
 
 @summaries.command("show")
 @click.argument("ref")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: session_id and its summaries, with their observations.")
 @click.pass_context
 def summaries_show(ctx: click.Context, ref: str, as_json: bool) -> None:
     """Print a session's summaries (REF: session id, the agent's id or a prefix)."""

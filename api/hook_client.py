@@ -19,7 +19,15 @@ def run(
     agent: str, data_dir: str | None, url: str | None = None, stdin: bytes | None = None
 ) -> int:
     """Handle one hook call; prints the hook output. Returns 0 (never raises on a
-    failure to capture: the reason goes to stderr)."""
+    failure to capture: the reason goes to stderr).
+
+    ``agent``: ``claude-code``, ``codex``, ``gemini``, ``cursor`` or ``openclaw`` (another
+    name is journalled too, and the server keeps it as rejected input). ``stdin`` (default:
+    read standard input): the agent's hook payload, one JSON object as the agent sends
+    it (docs/agents.md, ``shared/research/FORMATS.md`` A1 for Claude Code). ``data_dir``:
+    where the local spool lives; ``url``: the server (default ``HOOKLEDGER_URL``, else
+    ``http://127.0.0.1:8765``). The output is ``{}``, or at ``SessionStart`` the
+    server's context as ``hookSpecificOutput`` (docs/hooks.md)."""
     out = "{}"
     try:
         body = sys.stdin.buffer.read() if stdin is None else stdin

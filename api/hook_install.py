@@ -9,11 +9,13 @@ The command written is the cheapest that captures a hook: the real interpreter
 absolute path of the standard-library hot path's launcher ``api/hot_path/run.py``
 (:mod:`api.hot_path.hook_fast`, bytecode precompiled), the data directory baked in
 (and the server URL, with ``--url``). Entries are recognised as ours by that command
-without its URL (:func:`family`), so other hooks are never touched and hooks installed
-with any ``--url`` are found by ``uninstall`` and ``doctor``.
+without its interpreter and URL (:func:`family`), so other hooks are never touched, and
+hooks installed with any ``--url``, or by another name of the interpreter (a
+virtualenv's ``bin/python`` and ``bin/python3`` are copies that ``realpath`` does not
+unify), are found by ``install``, ``uninstall`` and ``doctor``.
 
-* :func:`install` merges (other hooks kept; ours installed with another URL get the new
-  one), writes a backup ``settings.json.hookledger-<UTC time>.bak`` of the previous
+* :func:`install` merges (other hooks kept; ours installed with another URL or
+  interpreter get the new command), writes a backup ``settings.json.hookledger-<UTC time>.bak`` of the previous
   bytes (when there were any) and is idempotent (no change, no write, no backup). The
   file keeps its permissions (it may hold API keys in ``env``), the backup gets the
   same, and a symlinked settings file (dotfiles) is written through the link.
@@ -83,9 +85,10 @@ def hook_command(data_dir: Path, agent: str = "claude-code", url: str | None = N
 
 
 def family(command: str) -> str:
-    """``command`` (a :func:`hook_command`) without its server URL: what every hook
-    entry of the same agent and data directory starts with."""
-    return " ".join(shlex.quote(p) for p in shlex.split(command)[:5])
+    """``command`` (a :func:`hook_command`) without its interpreter and server URL:
+    ``-S <hot path> <agent> <data dir>``, what every hook entry of the same agent and
+    data directory holds."""
+    return " ".join(shlex.quote(p) for p in shlex.split(command)[1:5])
 
 
 def hook_url(command: str) -> str | None:
@@ -129,11 +132,17 @@ def _write(path: Path, value: dict[str, Any]) -> None:
 
 
 def _ours(entry: Any, command: str) -> bool:
-    """Whether a hook entry runs ``command``, with any server URL."""
+    """Whether a hook entry runs ``command``, with any interpreter and server URL."""
     if not (isinstance(entry, dict) and entry.get("type") == "command"):
         return False
-    found, base = entry.get("command"), family(command)
-    return isinstance(found, str) and (found == base or found.startswith(base + " "))
+    found = entry.get("command")
+    if not isinstance(found, str) or family(command) not in found:
+        return False
+    try:
+        parts = shlex.split(found)
+    except ValueError:  # someone else's command with unbalanced quotes
+        return False
+    return len(parts) in (5, 6) and parts[1:5] == shlex.split(command)[1:5]
 
 
 def installed_urls(value: dict[str, Any], command: str) -> list[str]:
@@ -213,8 +222,8 @@ def install(path: Path, command: str) -> Change:
 
 
 def _set_url(value: dict[str, Any], command: str) -> list[str]:
-    """Give our entries installed with another server URL ``command``; the events
-    changed."""
+    """Give our entries installed with another server URL or interpreter ``command``;
+    the events changed."""
     hooks = value.get("hooks") if isinstance(value.get("hooks"), dict) else {}
     changed = []
     for event, groups in hooks.items():

@@ -154,13 +154,29 @@ class Ledger(Application[UUID]):
     def record(self, items: Iterable[Observation | Rejected]) -> RecordResult:
         """Append every new fact in ``items``; duplicates and bad input never raise.
 
+        ``items``: :class:`~ledger.observation.Observation` (a fact of one session, as
+        the parsers in :mod:`ledger.sources` and :mod:`ledger.ingest` make them; its
+        session's stream is opened on first sight) and
+        :class:`~ledger.observation.Rejected` (input that could not be parsed: kept in
+        its source's quarantine stream as ``InputRejected``). An observation whose key
+        or alias key the stream already holds is a duplicate and appends nothing, so
+        recording the same input again is a no-op.
+
         All streams touched by one call are saved together, in transactions of up to
         :data:`CHUNK_EVENTS` events (one commit, not one per session). If another writer
         changed one of those streams meanwhile (``IntegrityError`` on a version), the
         chunk rolls back and each stream is recorded again on its own, reloading it
         first; observations are idempotent, so nothing is written twice.
 
-        Returns a :class:`RecordResult` with the appended notification positions.
+        Returns a :class:`RecordResult`: counts of events appended, duplicates skipped
+        and inputs rejected, the appended events' notification-log positions (ascending)
+        and the ids of the sessions touched.
+
+        Raises:
+            Whatever the event store raises (e.g. SQLite's ``database is locked`` after
+            its 30 s lock timeout, or a PostgreSQL connection error). The transaction
+            in flight is rolled back (earlier chunks stay), and recording the same
+            items again appends only what is missing.
         """
         if not isinstance(items, list):
             items = list(items)

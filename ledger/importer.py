@@ -40,6 +40,12 @@ RUNS_AHEAD = 3
 
 @dataclass
 class ImportSummary:
+    """What :func:`import_paths` did: ``files`` imported, ``metadata_files`` read beside
+    them (a subagent's ``agent-<id>.meta.json``), ``skipped`` ``(path, reason)`` pairs,
+    the combined :class:`~ledger.app.RecordResult` (events appended, duplicates,
+    rejected lines, sessions), and which processes parsed. :meth:`as_dict` is the
+    ``hookledger import --json`` object."""
+
     files: int = 0
     metadata_files: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
@@ -74,6 +80,13 @@ def import_paths(
 ) -> ImportSummary:
     """Import every agent file under ``paths``; a file of no known format, or one that
     cannot be read, is listed in ``skipped`` with the reason and never stops the rest.
+
+    Formats (:func:`detect`; each parser's source is named in docs/agents.md and
+    ``shared/research/FORMATS.md``): Claude Code transcripts (``~/.claude/projects``
+    JSONL, and JSON arrays of them), ``claude -p --output-format stream-json`` output,
+    Codex rollouts (``~/.codex/sessions``) and ``codex exec --json`` output, Gemini CLI
+    chat files (``~/.gemini/tmp``, JSON or JSONL), Cursor and OpenClaw transcripts.
+    Re-importing appends nothing; a file that grew appends only its new records.
 
     The files are read in the order they were found (:func:`discover`); the facts of
     each run of about :data:`RECORD_BYTES` of files are recorded together (one

@@ -19,8 +19,10 @@
 # then asks the DuckDB analytics model the questions of `projections/analytics/queries.py`
 # and plots the answers. Plots are saved under `test-artifacts/notebooks/`.
 #
-# Run it as a script (`.venv/bin/python notebooks/analytics.py`) or open it in Jupyter
-# with jupytext. `HOOKLEDGER_NOTEBOOK_OUT` overrides the plot directory.
+# Run it as a script (`.venv/bin/python notebooks/analytics.py`), or open it in Jupyter
+# (`pip install -e '.[notebooks]'`, then `jupyter lab notebooks/` and open this file with
+# *Open With → Notebook*), where the plots also show below their cells.
+# `HOOKLEDGER_NOTEBOOK_OUT` overrides the plot directory.
 
 # %%
 import os
@@ -31,7 +33,8 @@ from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:  # a script: plots go to files; in Jupyter they also show
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent

@@ -61,7 +61,11 @@ def list_sessions(
     agent: str | None = None,
     status: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Sessions, most recent activity first (ties by id, so output is stable)."""
+    """Sessions, most recent activity first (ties by id, so output is stable): one dict
+    per session with the keys of :data:`SESSION_FIELDS` (four token counts,
+    ``cost_usd`` / ``agent_cost_usd`` USD, times ISO-8601 UTC; ``started_at`` and
+    ``last_activity_at`` by the source's clock, else the ledger's). ``agent``: exact
+    match; ``status``: any case."""
     t = models.table("sessions")
     columns = _session_columns(t)
     last_activity = columns[SESSION_FIELDS.index("last_activity_at")]
@@ -79,7 +83,12 @@ def list_sessions(
 
 
 def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
-    """One session with its prompt batches, tool calls and status history."""
+    """One session (a ledger id, not a prefix: see :func:`find_session_id`), None when
+    unknown: the :func:`list_sessions` fields plus ``batches`` (``prompt_batches`` rows,
+    by number), ``tool_calls`` (``tool_calls`` rows in log order, ``tool_input`` and
+    ``output`` decoded from JSON, ``duration_ms`` milliseconds), ``status_history`` (one
+    row per transition, by version), ``children`` (subagent and fork ids) and
+    ``summaries`` (with their observations)."""
     s = models.table("sessions")
     b = models.table("prompt_batches")
     tc = models.table("tool_calls")

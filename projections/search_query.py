@@ -41,7 +41,8 @@ class SearchQueryError(ValueError):
 class SearchHit:
     """One matching document. ``snippet``: the matching passage with matched words in
     « » (on PostgreSQL without its punctuation); ``occurred_at``: ISO-8601 UTC (the source's time; for a summary or
-    observation, its session's last activity); ``score``: the ranking score (0–1, higher
+    observation, its session's last activity, as ``GET /v1/sessions`` gives it: the
+    ledger's clock for a source without one); ``score``: the ranking score (0–1, higher
     first); ``relevance``: the backend's own rank (bm25 negated, or ts_rank_cd)."""
 
     doc_id: int
@@ -106,7 +107,7 @@ def search(
         ranked = "d.position DESC" if order == "recent" else f"bm25({fts}), d.position DESC"
         sql = (
             "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, "
-            "COALESCE(d.occurred_at, s.last_activity_at) AS occurred_at, d.position, "
+            "COALESCE(d.occurred_at, s.last_activity_at, s.last_recorded_at) AS occurred_at, d.position, "
             f"-bm25({fts}) AS relevance "
             f'FROM {fts} JOIN "{docs.name}" AS d ON d.doc_id = {fts}.rowid '
             f'LEFT JOIN "{sessions.name}" AS s ON s.id = d.session_id '
@@ -120,7 +121,7 @@ def search(
         params.update(config=FTS_CONFIG, tsq=(" | " if any_term else " & ").join(f"'{w}'" for w in words))
         sql = (
             "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, "
-            "COALESCE(d.occurred_at, s.last_activity_at) AS occurred_at, d.position, "
+            "COALESCE(d.occurred_at, s.last_activity_at, s.last_recorded_at) AS occurred_at, d.position, "
             f"ts_rank_cd(d.{TSV_COLUMN}, to_tsquery(:config, :tsq)) AS relevance "
             f'FROM "{docs.name}" AS d LEFT JOIN "{sessions.name}" AS s ON s.id = d.session_id '
             f"WHERE d.{TSV_COLUMN} @@ to_tsquery(:config, :tsq) {filters} "
@@ -204,7 +205,7 @@ def recent_documents(
     d, s = tables["search_documents"], tables["sessions"]
     q = (
         select(d.c.session_id, d.c.kind, d.c.title, d.c.body,
-               func.coalesce(d.c.occurred_at, s.c.last_activity_at).label("occurred_at"), d.c.position)
+               func.coalesce(d.c.occurred_at, s.c.last_activity_at, s.c.last_recorded_at).label("occurred_at"), d.c.position)
         .join(s, s.c.id == d.c.session_id)
         .where(s.c.cwd == cwd, d.c.kind.in_(kinds))
         .order_by(d.c.position.desc())

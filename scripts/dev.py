@@ -1,8 +1,9 @@
 """Developer entry point (standard library only): ``python3 scripts/dev.py demo|test``.
 
 * ``demo``: a virtualenv in ``.venv`` with hookledger installed, the bundled real
-  Claude Code sessions (``tests/fixtures``) imported into a fresh ``.demo-data``
-  directory, then ``hookledger serve`` on http://127.0.0.1:8765.
+  sessions of every agent (``tests/fixtures``) imported into a fresh ``.demo-data``
+  directory (an earlier one is deleted), then ``hookledger serve`` on
+  http://127.0.0.1:8765.
 * ``test``: the same virtualenv with the dev extras (and ccusage from npm when npm is
   available, for the live cross-check), then the whole test suite.
 """

@@ -122,6 +122,35 @@ def test_install_merges_is_idempotent_and_uninstall_restores(tmp_path: Path) -> 
     assert out.returncode == 0 and path.read_text() == ORIGINAL
 
 
+def test_hooks_written_by_another_name_of_the_interpreter_are_still_ours(tmp_path: Path) -> None:
+    """A virtualenv made by ``scripts/dev.py`` holds copies, not links: ``bin/python`` and
+    ``bin/python3``. After ``pip install -e '.[notebooks]'`` the ``hookledger`` script
+    ran as ``bin/python3`` where install-hooks had written ``bin/python``. The entries
+    are still ours (same hot path, agent and data directory): doctor finds them,
+    install-hooks points them at the current interpreter instead of adding a second
+    set (every hook would be captured twice), uninstall-hooks removes them."""
+    home, data = tmp_path / "home", tmp_path / "data"
+    path = home / ".claude" / "settings.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(ORIGINAL)
+    assert hookledger(home, data, "install-hooks", "claude-code").returncode == 0
+    interpreter = os.path.realpath(sys.executable)
+    path.write_text(path.read_text().replace(interpreter, "/opt/venv/bin/python3"))
+
+    report = json.loads(hookledger(home, data, "doctor", "--json").stdout)
+    assert report["hooks"]["user"]["missing"] == []
+
+    out = hookledger(home, data, "install-hooks", "claude-code")
+    assert out.returncode == 0, out.stderr
+    commands = ours(json.loads(path.read_text()), data)
+    assert set(commands) == A1_EVENTS and all(len(c) == 1 for c in commands.values())
+    assert {c[0].split()[0] for c in commands.values()} == {interpreter}
+
+    out = hookledger(home, data, "uninstall-hooks", "claude-code")
+    assert out.returncode == 0, out.stderr
+    assert path.read_text() == ORIGINAL
+
+
 def test_uninstall_after_user_edits_keeps_their_edits(tmp_path: Path) -> None:
     home, data = tmp_path / "home", tmp_path / "data"
     path = home / ".claude" / "settings.json"

@@ -24,6 +24,7 @@ from api.summaries import run_summaries
 from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
+from projections import queries
 from projections.context import project_digest
 from projections.decode import LogReader
 from projections.runner import TrackingConflict, _apply_section
@@ -169,6 +170,22 @@ def test_summaries_and_observations_are_searchable_and_a_new_summary_replaces_th
     assert refs.count("summary:session:0") == 1
     n_docs, n_index = _index_counts(services)
     assert n_docs == n_index
+
+
+def test_a_summary_of_a_session_without_source_clock_has_the_sessions_last_activity(
+    services: Services,
+) -> None:
+    """``codex exec --json`` output carries no times: the session's last activity is the
+    ledger's clock (as ``GET /v1/sessions`` shows it), and so is its summary's
+    ``occurred_at`` in a hit (it was null, and a null counted as brand new in the
+    ranking)."""
+    exec_json = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-3.jsonl"
+    import_paths(services.ledger, [exec_json])
+    run_summaries(services)
+    [session] = queries.list_sessions(services.models)
+    assert session["last_activity_at"] is not None
+    hits = search_models(services.models, "hello", kinds=("summary",), session_id=session["id"])
+    assert hits and {h.occurred_at for h in hits} == {session["last_activity_at"]}
 
 
 def test_rebuild_gives_the_same_results_and_keeps_indexing(services: Services) -> None:
