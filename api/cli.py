@@ -33,7 +33,7 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
 
 
 @main.command("import")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--workers",
@@ -46,11 +46,20 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
 def import_cmd(
     ctx: click.Context, paths: tuple[Path, ...], as_json: bool, workers: int | None
 ) -> None:
-    """Import agent transcripts (files or directories, recursively)."""
+    """Import agent transcripts (files or directories, recursively).
+
+    A path that does not exist is reported as skipped and the others are imported
+    (``import ~/.claude/projects ~/.codex/sessions`` works for a user of one agent);
+    none existing is a usage error."""
     from ledger.importer import auto_workers, discover, import_paths
 
+    missing = [p for p in paths if not p.exists()]
+    if len(missing) == len(paths):
+        raise click.BadParameter(
+            "no such file or directory: " + ", ".join(map(str, missing)), param_hint="PATHS"
+        )
     services = _services(ctx)
-    files = discover(paths)
+    files = discover([p for p in paths if p.exists()])
     if workers is None:
         workers = auto_workers(files)
     with click.progressbar(length=len(files), label="importing", file=sys.stderr) as bar:
@@ -58,6 +67,7 @@ def import_cmd(
             services.ledger, files, progress=lambda _p: bar.update(1), workers=workers
         )
     services.runner.catch_up()
+    summary.skipped[:0] = [(str(p), "no such file or directory") for p in missing]
     data = summary.as_dict()
     if as_json:
         _dump(data)

@@ -1,6 +1,7 @@
-"""An import that reads a transcript while its agent is writing the last line leaves that
-line for the next import instead of rejecting it (each import would otherwise reject the
-half it saw as new invalid input); a last line that stays cut is rejected once."""
+"""What an import leaves for later or skips, with the reason. An import that reads a
+transcript while its agent is writing the last line leaves that line for the next import
+instead of rejecting it (each import would otherwise reject the half it saw as new
+invalid input); a last line that stays cut is rejected once. A missing path is skipped."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_a_last_line_being_written_is_left_for_the_next_import(
 
 
 def test_a_last_line_that_stays_cut_is_rejected_once(settings: Settings, tmp_path: Path) -> None:
-    path, _head, last = _split_last_line(tmp_path)
+    path, _head, _last = _split_last_line(tmp_path)
     old = time.time() - WRITING_GRACE_S - 5  # the writer stopped a while ago
     os.utime(path, (old, old))
     first = _import(settings, path)
@@ -80,3 +81,14 @@ def test_the_cli_says_what_it_left(settings: Settings, tmp_path: Path) -> None:
     path, _head, _last = _split_last_line(tmp_path)
     err = cli(settings, "import", str(path)).stderr.decode()
     assert f"left for the next import: the last line of {path}" in err
+
+
+def test_a_missing_path_is_skipped_and_the_others_imported(settings: Settings, tmp_path: Path) -> None:
+    # ``import ~/.claude/projects ~/.codex/sessions`` by a user of one agent
+    gone = tmp_path / "no-codex-here"
+    out = _import(settings, SHORT.parent)
+    again = json.loads(cli(settings, "import", "--json", str(gone), str(SHORT.parent)).stdout)
+    assert again["files_skipped"] == [{"path": str(gone), "reason": "no such file or directory"}]
+    assert again["files"] == out["files"] and again["duplicates_skipped"] > 0
+    only_missing = cli(settings, "import", str(gone), check=False)
+    assert only_missing.returncode == 2 and b"no such file or directory" in only_missing.stderr
