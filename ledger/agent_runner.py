@@ -17,7 +17,16 @@ exit 0 but an error result or cut line  failed       FAILED
 non-zero exit                           failed       FAILED
 killed by a signal                      terminated   TERMINATED
 a signal passed on (SIGTERM, SIGHUP…)   terminated   TERMINATED
+interrupted (Ctrl+C), then it exited    terminated   TERMINATED
 ======================================  ===========  =============
+
+Signals sent to ``hookledger run`` reach the agent once (:mod:`ledger.run_signals`:
+Ctrl+C from the terminal reaches it directly, ``kill -INT`` to hookledger is passed
+on), and hookledger waits for the agent to end. An interrupt ends the run
+``terminated`` (an operator's stop, DESIGN.md) when the agent exits with no turn
+completed after it (codex exec exits 0 on Ctrl+C); an agent that handles it and goes
+on keeps running and being recorded, and once it completes a turn after the interrupt
+the rules above decide as if there had been none.
 
 A last line cut mid-way (no newline, not JSON) is kept as a ``Rejected`` line with the
 reason, and ``stream_cut`` is set. The prompt is not part of either stream: it is taken
@@ -33,7 +42,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,15 +54,11 @@ from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.privacy import strip_private_text
+from ledger.run_signals import passing_on
 from ledger.sources import claude_stream, codex_exec, stream_formats
 from ledger.sources.claude_common import text_hash
 
 SOURCE_FORMAT = "hookledger.run"
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-"""Signals sent to ``hookledger run`` that are passed on to the agent; the run then ends
-when the agent does, with everything it wrote recorded. SIGINT is not passed on: Ctrl+C
-already reaches the agent (same process group), and a second one would be a second
-Ctrl+C to the agent."""
 _PARSERS: dict[str, tuple[str, Any]] = {
     "claude-code.stream-json": ("claude-code", claude_stream.StreamParser),
     "codex.exec-json": ("codex", codex_exec.ExecParser),
@@ -224,7 +228,17 @@ class _Recorder:
             return
         self._record(self.parser.feed_line(line, location), line)
 
-    def finish(self, rc: int, forwarded: int | None = None) -> RunOutcome:
+    @property
+    def completed_turn(self) -> str | None:
+        """The key of the last turn end (``result``, ``turn.completed``) when it was a
+        success, else None."""
+        if self.parser is None or self.parser.end_error is not None:
+            return None
+        return self.parser.end_key  # type: ignore[no-any-return]
+
+    def finish(
+        self, rc: int, forwarded: int | None = None, interrupted: bool = False
+    ) -> RunOutcome:
         if self.parser is None and self.pending:
             # No line told the format: use the command's hint, else keep the lines as rejected.
             fmt = {"claude-code": "claude-code.stream-json", "codex": "codex.exec-json"}.get(
@@ -245,7 +259,9 @@ class _Recorder:
         if self.parser is not None:
             self._record(self.parser.finish(), b"")
         session = self._session()
-        outcome, exit_code, sig, reason = _outcome(rc, self.parser, self.stream_cut, forwarded)
+        outcome, exit_code, sig, reason = _outcome(
+            rc, self.parser, self.stream_cut, forwarded, interrupted
+        )
         end_key = self.parser.end_key if self.parser is not None else None
         end = Observation(
             session,
@@ -330,7 +346,7 @@ class _Recorder:
 
 
 def _outcome(
-    rc: int, parser: Any, cut: bool, forwarded: int | None = None
+    rc: int, parser: Any, cut: bool, forwarded: int | None = None, interrupted: bool = False
 ) -> tuple[str, int | None, int | None, str | None]:
     if rc < 0:
         sig = -rc
@@ -338,6 +354,8 @@ def _outcome(
     if forwarded is not None:  # it handled the signal we passed on, then exited
         name = signal.Signals(forwarded).name
         return "terminated", rc, None, f"{name} passed on to the agent, which then exited {rc}"
+    if interrupted:  # it handled Ctrl+C, completed no turn after it, and exited
+        return "terminated", rc, None, f"interrupted by SIGINT; the agent then exited {rc}"
     if rc > 0:
         return "failed", rc, None, f"exit code {rc}"
     if parser is not None and parser.end_error is not None:
@@ -378,42 +396,25 @@ def run_agent(
     )
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE)
     assert proc.stdout is not None
-    forwarded: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        forwarded.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-
-    main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS} if main else {}
+    settled = 0  # interrupts the agent had got when it last completed a turn
     try:
-        while True:
-            try:
-                line = proc.stdout.readline()
-            except KeyboardInterrupt:
-                continue  # Ctrl+C reached the agent too (same process group); it decides
-            if not line:
-                break
-            if out is not None:
-                try:
-                    out.write(line)
-                    out.flush()
-                except (BrokenPipeError, ValueError):
-                    # the reader went away (``| head``): keep recording, stop passing through
-                    out = None
-            recorder.feed(line)
-            if on_line is not None:
-                on_line(line)
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:
-                continue
+        with passing_on(proc) as received:
+            while line := proc.stdout.readline():
+                if out is not None:
+                    try:
+                        out.write(line)
+                        out.flush()
+                    except (BrokenPipeError, ValueError):
+                        # the reader went away (``| head``): keep recording, stop passing through
+                        out = None
+                interrupts, turn = received.interrupts, recorder.completed_turn
+                recorder.feed(line)
+                if recorder.completed_turn not in (None, turn):
+                    settled = interrupts  # it went on after those: they did not end the run
+                if on_line is not None:
+                    on_line(line)
+            rc = proc.wait()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         with contextlib.suppress(OSError):
             proc.stdout.close()
-    return recorder.finish(rc, forwarded[0] if forwarded else None)
+    return recorder.finish(rc, received.terminating, received.interrupts > settled)

@@ -10,7 +10,9 @@ applied again, which is safe because they are idempotent).
 
 Observations of hooks that name a session *key* (OpenClaw ``sessionKey``) are first
 resolved or bound through the key's :class:`~ledger.session_keys.SessionKey` stream, in
-their order, so a hook carrying only the key lands on the session the key names.
+their order, so a hook carrying only the key lands on the session the key names; a
+first prompt for the key's next session (``/new text``) is held there, and recorded on
+that session with the hook that names it.
 """
 
 from __future__ import annotations
@@ -184,21 +186,28 @@ class Ledger(Application[UUID]):
         if not keyed:
             return self._record_items(items)
         with self._write_lock:  # resolution and recording, unseparated by other writes
-            self._resolve_session_keys(keyed)
-            return self._record_items(items)
+            placed = self._resolve_session_keys(keyed)
+            return self._record_items(_with_placed_prompts(items, placed))
 
-    def _resolve_session_keys(self, keyed: list[Observation]) -> None:
+    def _resolve_session_keys(self, keyed: list[Observation]) -> dict[int, list[Observation]]:
         """Apply the ``extra["session_key"]`` of observations from hooks that name a
         session key (:mod:`ledger.session_keys`), in order: ``(agent, key, mode,
         external id)``, mode ``"resolve"`` (the hook named only the key: its session is
         set to the one the key's stream resolves it to), ``"bind"`` or ``"start"`` (the
-        key names that external id now; ``"start"`` even one it moved on from). The key
-        streams are saved first, in their own transaction; on a version clash with
-        another writer they are reloaded and the resolution made again."""
+        key names that external id now; ``"start"`` even one it moved on from), ``"next"``
+        (a ``PromptSubmitted`` for the session the key names next: held in the key's
+        stream). The key streams are saved first, in their own transaction; on a version
+        clash with another writer they are reloaded and the resolution made again.
+
+        Returns, by ``id()`` of an observation in ``keyed``, the held prompts to record
+        with it (:meth:`SessionKey.prompts_of` its hook record)."""
+        placed: dict[int, list[Observation]] = {}
 
         def attempt() -> None:
+            placed.clear()
             now = datetime.now(UTC)
             streams: dict[UUID, SessionKey] = {}
+            causes: set[str] = set()
             try:
                 for obs in keyed:
                     agent, key, mode, external = obs.extra["session_key"]
@@ -210,8 +219,13 @@ class Ledger(Application[UUID]):
                             agg = SessionKey.open(agent, key, obs.source_format, now)
                         streams[kid] = agg
                     cause = obs.record_key or obs.key
-                    if mode == "resolve":
-                        resolved, new = agg.resolve(cause, obs.source_format, now)
+                    fmt = obs.source_format
+                    if mode == "next":
+                        prompt = {f: obs.data.get(f) for f in ("text", "prompt_kind", "prompt_id")}
+                        prompt["prompt_hash"] = obs.extra.get("hook_prompt_hash")
+                        agg.hold(cause, obs.key, prompt, fmt, obs.occurred_at, now)
+                    elif mode == "resolve":
+                        resolved, new = agg.resolve(cause, fmt, now)
                         if new and resolved == key:
                             log.warning(
                                 "%s hook %s names only the session key %r, and no session "
@@ -219,11 +233,17 @@ class Ledger(Application[UUID]):
                                 "the key", agent, cause, key,
                             )
                         obs.session = replace(obs.session, external_id=resolved)
+                        agg.place(resolved, cause, fmt, now, new_message=True)
                     elif external:
                         agg.bind(
                             external, obs.extra.get("hook", obs.kind), cause,
-                            obs.source_format, now, authoritative=mode == "start",
+                            fmt, now, authoritative=mode == "start",
                         )
+                        agg.place(obs.session.external_id, cause, fmt, now, new_message=False)
+                    if cause not in causes:  # one hook's facts bring its prompts once
+                        causes.add(cause)
+                        if prompts := agg.prompts_of(cause):
+                            placed[id(obs)] = prompts
                 dirty = [a for a in streams.values() if a.pending_events]
                 if dirty:
                     self.save(*dirty)
@@ -232,6 +252,7 @@ class Ledger(Application[UUID]):
                 raise
 
         retry(IntegrityError, max_attempts=MAX_ATTEMPTS, wait=RETRY_WAIT_S)(attempt)()
+        return placed
 
     def _record_items(self, items: list[Observation | Rejected]) -> RecordResult:
         by_session: dict[UUID, list[Observation]] = {}
@@ -468,3 +489,26 @@ def _project(aggregate: Any, events: Iterable[Any]) -> Any:
     for event in events:
         aggregate = event.mutate(aggregate)
     return aggregate
+
+
+def _with_placed_prompts(
+    items: list[Observation | Rejected], placed: dict[int, list[Observation]]
+) -> list[Observation | Rejected]:
+    """``items`` with the held prompts ``placed`` by each observation put beside it (after
+    a ``Started``, so a session starts before its first prompt; before anything else),
+    and without the ``"next"`` observations themselves (their prompt is held)."""
+    if not placed and not any(_held(i) for i in items):
+        return items
+    out: list[Observation | Rejected] = []
+    for item in items:
+        prompts = placed.get(id(item), [])
+        own = [] if _held(item) else [item]
+        started = isinstance(item, Observation) and item.kind == "Started"
+        out.extend([*own, *prompts] if started else [*prompts, *own])
+    return out
+
+
+def _held(item: Observation | Rejected) -> bool:
+    """Whether ``item`` is a prompt for the session its key names next (held)."""
+    key = item.extra.get("session_key") if isinstance(item, Observation) else None
+    return key is not None and key[2] == "next"

@@ -47,6 +47,8 @@ LEDGER_PRODUCED: dict[str, str] = {
     "SessionKey.Opened": "the ledger, for the first hook naming a session key (OpenClaw)",
     "SessionKey.Bound": "the ledger, for a hook carrying a session key and a session id",
     "SessionKey.Resolved": "the ledger, for a hook carrying only a session key",
+    "SessionKey.PromptHeld": "the ledger, for a hook starting a new session with a prompt",
+    "SessionKey.PromptPlaced": "the ledger, for the hook showing where a held prompt goes",
 }
 """Events the ledger itself appends (not translated from a source record)."""
 

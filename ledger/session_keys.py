@@ -15,7 +15,18 @@ resolution it made, so the decision is in the log:
 * :class:`SessionKey.Resolved` — a hook that named only the key (its record key
   ``hook_key``) was recorded on session ``external_id``; ``bound`` is False when no
   session id was known for the key yet and the hook went to a session named after the
-  key itself (what every such hook did before these streams existed).
+  key itself (what every such hook did before these streams existed);
+* :class:`SessionKey.PromptHeld` — a hook started a new session with a first prompt
+  (OpenClaw ``/new text``: the command belongs to the session it ends, ``text`` to the
+  next one, whose id no hook has named yet); the prompt waits in the key's stream;
+* :class:`SessionKey.PromptPlaced` — a held prompt went to session ``external_id``,
+  with the first later hook of the key that is recorded on the session the key names
+  when that is not the session the command ended (the new session's
+  ``session_start``, or its first agent hook), or that names only the key (a new
+  message: no new session came, e.g. OpenClaw refused the reset, or the new session's
+  hooks were recorded before the command). The ledger records the prompt there, as a
+  ``PromptSubmitted`` keyed ``prompt_key`` (after that hook's ``Started``, before its
+  other facts), and again, changing nothing, when either hook is delivered again.
 
 Stream id ``uuid5(NAMESPACE, "session-key:{agent}:{key}")``. The ledger resolves and
 binds in :meth:`ledger.app.Ledger.record`, for every path that records hooks (``POST
@@ -33,7 +44,7 @@ from eventsourcing.domain import BaseAggregate, CanInitAggregate
 from eventsourcing.utils import get_topic
 
 from ledger.envelope import LedgerEvent, seal, start_stream
-from ledger.observation import SESSION_NAMESPACE
+from ledger.observation import SESSION_NAMESPACE, Observation, SessionRef
 
 
 def session_key_id(agent: str, key: str) -> UUID:
@@ -69,6 +80,27 @@ class SessionKey(BaseAggregate[UUID]):
         external_id: str
         bound: bool
 
+    class PromptHeld(Event):
+        """The hook record ``hook_key`` ended session ``ended`` and carried the first
+        prompt of the session the key names next: ``PromptSubmitted{text, prompt_kind,
+        prompt_id}`` keyed ``prompt_key``, ``prompt_hash`` its text hash (how it meets
+        the transcript's copy of the prompt)."""
+
+        hook_key: str
+        ended: str
+        prompt_key: str
+        text: str
+        prompt_kind: str
+        prompt_id: str | None = None
+        prompt_hash: str | None = None
+
+    class PromptPlaced(Event):
+        """The prompt held for the hook record ``hook_key`` went to session
+        ``external_id``, with the hook record ``record_key``."""
+
+        hook_key: str
+        external_id: str
+
     def __init__(self, session_key: str, agent: str) -> None:
         self.session_key = session_key
         self.agent = agent
@@ -77,6 +109,10 @@ class SessionKey(BaseAggregate[UUID]):
         self.current: str | None = None
         self.replaced: set[str] = set()
         self.resolved: dict[str, str] = {}
+        self.prompts: dict[str, SessionKey.PromptHeld] = {}  # by hook key
+        self.waiting: list[str] = []  # hook keys of held prompts not placed yet
+        self.placed: dict[str, str] = {}  # hook key -> the session its prompt went to
+        self.placed_by: dict[str, list[str]] = {}  # placing record key -> hook keys
 
     @classmethod
     def open(cls, agent: str, key: str, source_format: str, recorded_at: datetime) -> SessionKey:
@@ -131,6 +167,74 @@ class SessionKey(BaseAggregate[UUID]):
         )
         return external, True
 
+    def hold(
+        self,
+        hook_key: str,
+        prompt_key: str,
+        prompt: dict[str, str | None],
+        source_format: str,
+        occurred_at: datetime | None,
+        recorded_at: datetime,
+    ) -> None:
+        """Keep the first prompt ``prompt`` (``text``, ``prompt_kind``, ``prompt_id``,
+        ``prompt_hash``) of the hook record ``hook_key`` for the session the key names
+        next (nothing for a hook held before). The session it ended is the one that
+        hook was resolved to, else the one the key names."""
+        if hook_key in self.prompts:
+            return
+        ended = self.resolved.get(hook_key) or self.current or self.session_key
+        self._append(
+            self.PromptHeld, f"held:{hook_key}", hook_key, source_format, recorded_at,
+            hook_key=hook_key, ended=ended, prompt_key=prompt_key, occurred_at=occurred_at,
+            **prompt,
+        )
+
+    def place(
+        self,
+        external_id: str,
+        record_key: str,
+        source_format: str,
+        recorded_at: datetime,
+        *,
+        new_message: bool,
+    ) -> None:
+        """The hook record ``record_key`` was recorded on session ``external_id``: the
+        waiting prompts go there when it is the session the key names and not the one
+        their command ended, or, whatever the session, when ``new_message`` (the hook
+        named only the key)."""
+        if not new_message and external_id != self.current:
+            return
+        for hook_key in list(self.waiting):
+            if new_message or self.prompts[hook_key].ended != external_id:
+                self._append(
+                    self.PromptPlaced, f"placed:{hook_key}", record_key, source_format,
+                    recorded_at, hook_key=hook_key, external_id=external_id,
+                )
+
+    def prompts_of(self, record_key: str) -> list[Observation]:
+        """The ``PromptSubmitted`` facts the hook record ``record_key`` brings: the prompts
+        it placed, or its own held prompt once placed (empty while that waits)."""
+        hook_keys = self.placed_by.get(record_key, [])
+        if record_key in self.placed:
+            hook_keys = [*hook_keys, record_key]
+        return [self._prompt(k) for k in hook_keys]
+
+    def _prompt(self, hook_key: str) -> Observation:
+        external_id = self.placed[hook_key]
+        held = self.prompts[hook_key]
+        obs = Observation(
+            SessionRef(self.agent, external_id),
+            "PromptSubmitted",
+            held.prompt_key,
+            {"text": held.text, "prompt_id": held.prompt_id, "prompt_kind": held.prompt_kind},
+            source_format=held.source_format,
+            occurred_at=held.occurred_at,
+            record_key=held.hook_key,
+        )
+        if held.prompt_hash is not None:
+            obs.extra["hook_prompt_hash"] = held.prompt_hash
+        return obs
+
     def _append(
         self,
         cls: type[SessionKey.Event],
@@ -164,3 +268,10 @@ class SessionKey(BaseAggregate[UUID]):
             self.current = event.external_id
         elif isinstance(event, SessionKey.Resolved):
             self.resolved[event.hook_key] = event.external_id
+        elif isinstance(event, SessionKey.PromptHeld):
+            self.prompts[event.hook_key] = event
+            self.waiting.append(event.hook_key)
+        elif isinstance(event, SessionKey.PromptPlaced):
+            self.waiting.remove(event.hook_key)
+            self.placed[event.hook_key] = event.external_id
+            self.placed_by.setdefault(event.record_key or "", []).append(event.hook_key)

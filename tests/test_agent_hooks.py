@@ -26,6 +26,7 @@ from ledger.envelope import raw_record
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
+from ledger.session import Session
 from ledger.session_keys import SessionKey, session_key_id
 from projections import queries
 
@@ -614,3 +615,98 @@ def test_cli_hook_and_import_for_every_new_agent(settings: Settings) -> None:
     assert agents["c0ffee-1"] == "cursor"
     assert {"gemini", "cursor", "openclaw"} == set(agents.values())
     assert sum(1 for a in agents.values() if a == "openclaw") == 3
+
+
+def test_openclaw_new_with_text_gives_the_new_session_its_first_prompt(
+    services: Services,
+) -> None:
+    """``/new text`` (or ``/reset text``) starts a new session whose first prompt is
+    ``text``. OpenClaw emits ``message_received`` before it rotates the session
+    (``dispatch-from-config.ts`` fires it ahead of ``initSessionState``, which matches
+    the reset trigger and ends/starts the sessions), and that hook names only the key:
+    the command belongs to the old session, its text to the next one. Both session ids
+    and the new session's first prompt are those of the real transcripts; the hooks are
+    BUILT BY HAND from the documented shapes."""
+    small = FIXTURES / "agent-sessions-schema-drift" / "openclaw_session_small.jsonl"
+    large = FIXTURES / "agent-sessions-schema-drift" / "openclaw_session_large.jsonl"
+    sid1, sid2 = (json.loads(p.read_text().splitlines()[0])["id"] for p in (small, large))
+    text = next(
+        r["message"]["content"][0]["text"]
+        for r in map(json.loads, large.read_text().splitlines())
+        if r["type"] == "message" and r["message"]["role"] == "user"
+    )
+    n = 0
+
+    def send(*payloads: dict[str, Any], key: str | None = None) -> None:
+        nonlocal n
+        for p in payloads:
+            n += 1
+            out = ingest_hook(services.ledger, "openclaw", orjson.dumps(p), key or f"oc-{n}")
+            assert out.error is None, out.error
+
+    def end(sid: str, reason: str, nxt: str) -> dict[str, Any]:
+        return {"hook": "session_end",
+                "event": {"sessionId": sid, "sessionKey": KEY, "messageCount": 4,
+                          "reason": reason, "nextSessionId": nxt},
+                "ctx": {"agentId": "main", "sessionId": sid, "sessionKey": KEY}}
+
+    def prompts(sid: str) -> list[tuple[str, str]]:
+        return [(e.text, e.prompt_kind)
+                for e in services.ledger.repository.event_store.get(SessionRef("openclaw", sid).id)
+                if isinstance(e, Session.PromptSubmitted)]
+
+    first = _upstream_turn(sid1, "r1", "List files")
+    send(_start(sid1), *first)
+    new = {**first[0], "event": {**first[0]["event"], "content": f"/new {text}", "runId": "r2"}}
+    # the new session's turn: its agent hooks (no second message_received)
+    send(new, end(sid1, "new", sid2), _start(sid2, resumed_from=sid1),
+         *_upstream_turn(sid2, "r2", text)[1:])
+    assert prompts(sid1) == [("List files", "human"), ("/new", "command")]
+    assert prompts(sid2) == [(text, "human")]
+    # placed with the new session's start, after it (a session starts, then is prompted)
+    assert _kinds(services, "openclaw", sid2)[:3] == ["Opened", "Started", "PromptSubmitted"]
+    rows = _openclaw_sessions(services)
+    assert (rows[sid2]["prompt_count"], rows[sid2]["tool_call_count"]) == (1, 1)
+    assert [b["prompt"] for b in _row(services, sid2)["batches"]] == [text]
+    assert [b["prompt"] for b in _row(services, sid1)["batches"]] == ["List files"]
+
+    # The command, and the start that placed its prompt, delivered again (same capture
+    # keys): nothing new anywhere.
+    before = services.ledger.max_position()
+    send(new, key="oc-7")
+    send(_start(sid2, resumed_from=sid1), key="oc-9")
+    assert services.ledger.max_position() == before
+    # The new session's transcript holds the same first prompt: one prompt.
+    import_paths(services.ledger, [large])
+    assert prompts(sid2)[0] == (text, "human")
+    assert _openclaw_sessions(services)[sid2]["prompt_count"] == sum(
+        1 for r in map(json.loads, large.read_text().splitlines())
+        if r["type"] == "message" and r["message"]["role"] == "user"
+    )
+
+    # /reset without text: the command stays with the session it ends; the next session
+    # starts with no prompt (OpenClaw gives its agent a greeting prompt of its own).
+    sid3 = "5b0e1f7a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+    bare = {**first[0], "event": {**first[0]["event"], "content": "/reset", "runId": "r3"}}
+    send(bare, end(sid2, "reset", sid3), _start(sid3, resumed_from=sid2))
+    assert prompts(sid2)[-1] == ("/reset", "command")
+    assert prompts(sid3) == []
+    # /reset soft keeps the session: one command there, as typed.
+    soft = {**first[0], "event": {**first[0]["event"], "content": "/reset soft keep going"}}
+    send(soft)
+    assert prompts(sid3) == [("/reset soft keep going", "command")]
+
+    # The new session's hooks recorded before the command (OpenClaw fires them all without
+    # waiting): the prompt goes with the next message, to the session the key names.
+    sid4 = "0f6c1d2e-3a4b-4c5d-8e9f-a0b1c2d3e4f5"
+    late = {**first[0], "event": {**first[0]["event"], "content": "/new fix it", "runId": "r4"}}
+    send(end(sid3, "new", sid4), _start(sid4, resumed_from=sid3), late)
+    assert prompts(sid4) == [("/new", "command")]
+    send({**first[0], "event": {**first[0]["event"], "content": "and the docs", "runId": "r5"}})
+    assert prompts(sid4) == [("/new", "command"), ("fix it", "human"), ("and the docs", "human")]
+
+    stream = services.ledger.repository.event_store.get(session_key_id("openclaw", KEY))
+    assert [(type(e).__name__, getattr(e, "external_id", None)) for e in stream
+            if type(e).__name__.startswith("Prompt")] == [
+        ("PromptHeld", None), ("PromptPlaced", sid2), ("PromptHeld", None), ("PromptPlaced", sid4)
+    ]

@@ -15,9 +15,12 @@ import io
 import itertools
 import json
 import os
+import pty
 import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from uuid import UUID
 
@@ -28,7 +31,7 @@ from ledger.agent_runner import prompt_from_argv, run_agent
 from ledger.importer import import_paths
 from projections import queries
 
-from conftest import FIXTURES, cli, resumed_exec_turn
+from conftest import FIXTURES, cli, resumed_exec_turn, settings_env
 
 FAKE = Path(__file__).parent / "tools" / "fake_agent.py"
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -355,3 +358,112 @@ def test_a_signal_to_the_runner_reaches_the_agent_and_terminates_the_session(
     assert sig.name in (outcome.reason or "")
     s = _session(services, _expected(recording)["session"])
     assert s["status"] == "TERMINATED" and s["tool_call_count"] == _expected(recording)["tools"]
+
+
+# -- Ctrl+C: SIGINT from the terminal (to the whole foreground group) or ``kill -INT`` ---------
+# The real CLI runs the fake agent, which waits after its first line for SIGINT
+# (``--interrupt``); every SIGINT it gets is counted in that file.
+
+INTERRUPTED = FIXTURES / "claude_code-elixir-stream-json" / "read_file.jsonl"
+
+
+def _run_argv(log: Path, handling: str, exit_code: int) -> list[str]:
+    return [sys.executable, "-m", "api.cli", "run", "--prompt", "read it", "--",
+            sys.executable, str(FAKE), str(INTERRUPTED), "--interrupt", str(log),
+            "--on-interrupt", handling, "--exit", str(exit_code)]
+
+
+def _await_file(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def _run_end(services: Services) -> tuple[str, dict]:
+    services.runner.catch_up()
+    s = _session(services, _expected(INTERRUPTED)["session"])
+    (end,) = [e for e in services.ledger.events.get(UUID(s["id"])) if type(e).__name__ == "RunEnded"]
+    return s["status"], {"outcome": end.outcome, "exit_code": end.exit_code, "signal": end.signal}
+
+
+@pytest.mark.parametrize(
+    ("handling", "exit_code", "want", "status"),
+    [
+        ("die", 0, {"outcome": "terminated", "exit_code": None, "signal": 2}, 130),
+        ("exit", 130, {"outcome": "terminated", "exit_code": 130, "signal": None}, 130),
+        # codex exec exits 0 on Ctrl+C (openai/codex#4721): still an interrupted run
+        ("exit", 0, {"outcome": "terminated", "exit_code": 0, "signal": None}, 0),
+        # it cancels nothing and completes its turn: the run is its own again
+        ("go-on", 0, {"outcome": "completed", "exit_code": 0, "signal": None}, 0),
+    ],
+    ids=["dies-of-it", "exits-130", "exits-0", "goes-on"],
+)
+def test_kill_int_to_the_runner_reaches_the_agent_once(
+    services: Services, tmp_path: Path, handling: str, exit_code: int, want: dict, status: int
+) -> None:
+    # ``kill -INT <hookledger pid>`` reaches hookledger alone: it passes it on, waits for
+    # the agent, records how the run ended and exits with the agent's status.
+    log = tmp_path / "interrupts"
+    proc = subprocess.Popen(_run_argv(log, handling, exit_code), env=settings_env(services.settings),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _await_file(log)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == status, err.decode()
+    if handling != "die":
+        assert log.read_text() == "SIGINT\n"  # once
+    session_status, end = _run_end(services)
+    assert end == want
+    assert session_status == ("COMPLETED" if want["outcome"] == "completed" else "TERMINATED")
+    if handling == "go-on":  # what it wrote after the interrupt is recorded
+        s = _session(services, _expected(INTERRUPTED)["session"])
+        assert s["tool_call_count"] == _expected(INTERRUPTED)["tools"]
+
+
+@pytest.mark.parametrize(("handling", "exit_code", "outcome"),
+                         [("go-on", 0, "completed"), ("exit", 130, "terminated")])
+def test_ctrl_c_at_the_terminal_reaches_the_agent_once(
+    services: Services, tmp_path: Path, handling: str, exit_code: int, outcome: str
+) -> None:
+    # A real terminal (pty) with hookledger run in its foreground group: Ctrl+C sends
+    # SIGINT to hookledger and the agent alike. The agent must get it once (a second
+    # one would be a second Ctrl+C: Claude Code exits on it), and an agent that goes on
+    # keeps running and being recorded.
+    log = tmp_path / "interrupts"
+    argv = _run_argv(log, handling, exit_code)
+    env = settings_env(services.settings)
+    pid, tty = pty.fork()
+    if pid == 0:  # the child: session leader, the pty its controlling terminal
+        try:
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    output, wait_status = b"", None
+    try:
+        _await_file(log)
+        os.write(tty, b"\x03")  # Ctrl+C
+        while True:
+            try:
+                chunk = os.read(tty, 65536)
+            except OSError:  # EIO: the terminal's other side closed
+                break
+            if not chunk:
+                break
+            output += chunk
+        _, wait_status = os.waitpid(pid, 0)
+    finally:
+        os.close(tty)
+        if wait_status is None:  # not reaped: a failed test leaves no process behind
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(wait_status) == exit_code, output.decode(errors="replace")
+    assert log.read_text() == "SIGINT\n"  # once, not once from the terminal and once from us
+    session_status, end = _run_end(services)
+    assert end["outcome"] == outcome
+    assert session_status == ("COMPLETED" if outcome == "completed" else "TERMINATED")

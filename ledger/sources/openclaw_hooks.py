@@ -29,7 +29,13 @@ Hooks -> facts:
 * session_suspend / session_resume (seed design) -> ``Suspended`` (PAUSED) /
   ``Resumed`` (ACTIVE);
 * before_compaction ``{messageCount, tokenCount?}`` -> ``Compacted`` (pre_tokens);
-* message_received ``{from, content}`` -> ``PromptSubmitted``;
+* message_received ``{from, content}`` -> ``PromptSubmitted``; a reset command with
+  text (``/new text``, ``/reset text``: :func:`split_reset`) -> the command
+  (``prompt_kind`` ``command``) on the session the key names, and ``text``, keyed
+  ``hook:{capture_key}:prompt``, held for the session the key names next (OpenClaw
+  emits ``message_received`` before it ends the session and starts the one whose first
+  prompt ``text`` is, and with only the key; :mod:`ledger.session_keys`). Without text,
+  or without a key to hold it by, the message is one fact as typed;
 * before_tool_call / after_tool_call ``{toolName, params, toolCallId?, result?, error?,
   durationMs?}`` -> ``ToolCallStarted`` / ``ToolCallCompleted`` keyed
   ``tool:{toolCallId}:start|end`` (the transcript's keys), else paired by tool name
@@ -46,6 +52,7 @@ Keys: ``hook:{capture_key}`` except tool calls (above).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -84,6 +91,28 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
         }
     ),
 }
+
+_RESET = re.compile(r"(/new|/reset) (.*)", re.IGNORECASE | re.DOTALL)
+"""A reset trigger and a space, then the rest: OpenClaw's default ``resetTriggers``
+(``/new``, ``/reset``; ``config/sessions/types.ts``), matched as
+``auto-reply/reply/session.ts`` does (case-insensitive, ``trigger + " "`` prefix)."""
+_SOFT = re.compile(r"soft(\s|$)", re.IGNORECASE)
+"""``/reset soft …`` keeps the session (``commands-reset-mode.ts``)."""
+
+
+def split_reset(text: str) -> tuple[str, str] | None:
+    """``(command, first prompt)`` of a message that starts a new session with a first
+    prompt (``"/new fix the tests"`` -> ``("/new", "fix the tests")``); None for any
+    other message, a bare ``/new`` or ``/reset`` included. Custom ``resetTriggers``
+    and group mentions before the command are not known here."""
+    m = _RESET.fullmatch(text.strip())
+    if m is None:
+        return None
+    command, rest = m[1], m[2].lstrip()
+    if not rest or (command.lower() == "/reset" and _SOFT.match(rest)):
+        return None
+    return command, rest
+
 
 def parse_hook(
     payload: Any, capture_key: str, captured_at: datetime, *, raw: bytes | None = None
@@ -142,16 +171,27 @@ def parse_hook(
         ]
     elif name == "message_received":
         text = e.get("content") if isinstance(e.get("content"), str) else ""
-        o = obs(
-            "PromptSubmitted",
-            {
-                "text": text,
-                "prompt_kind": prompt_kind(text),
-                "prompt_id": as_str(e.get("messageId")),
-            },
-        )
-        o.extra["hook_prompt_hash"] = text_hash(text)
-        facts = [o]
+        reset = split_reset(text) if session_key is not None else None
+
+        def prompt(text: str, k: str = key) -> Observation:
+            o = obs(
+                "PromptSubmitted",
+                {
+                    "text": text,
+                    "prompt_kind": prompt_kind(text),
+                    "prompt_id": as_str(e.get("messageId")),
+                },
+                k,
+            )
+            o.extra["hook_prompt_hash"] = text_hash(text)
+            return o
+
+        if reset is None:
+            facts = [prompt(text)]
+        else:
+            first = prompt(reset[1], f"{key}:prompt")
+            first.extra["session_key"] = (AGENT, session_key, "next", None)
+            facts = [prompt(reset[0]), first]
     elif name in ("before_tool_call", "after_tool_call"):
         facts = [_tool(name, e, obs, key)]
     elif name == "llm_output" and isinstance(e.get("usage"), dict):
@@ -180,7 +220,7 @@ def parse_hook(
         facts = [obs("UnknownHookEvent", {"hook_event_name": name})]
     if binding is not None:
         for f in facts:
-            f.extra["session_key"] = binding
+            f.extra.setdefault("session_key", binding)
             f.extra["hook"] = name
     facts[0].raw = payload
     facts[0].redactions = tuple(redactions)

@@ -8,6 +8,12 @@ Usage: ``python fake_agent.py RECORDING [--cut] [--exit N] [--signal NAME] [--ar
 * ``--array``: the recording is a JSON array of events (written one per line).
 * ``--hold``: after the stream, wait (at most 60 s) for SIGTERM or SIGHUP, then exit
   with ``--exit`` (an agent that handles the signal and exits cleanly).
+* ``--interrupt PATH``: after the first line, create PATH and wait (at most 20 s, then
+  exit 99) for SIGINT, which ``--on-interrupt`` handles: ``die`` (Python's default: it
+  dies of SIGINT), ``exit`` (exit with ``--exit`` at once: codex exec exits 0, others
+  130) or ``go-on`` (cancel nothing, write the rest of the stream: an agent that keeps
+  running). Each SIGINT received appends a line to PATH, so a test can count them; the
+  agent waits 0.5 s after the first, so a second one sent with it is counted too.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("recording")
@@ -25,6 +32,8 @@ parser.add_argument("--exit", type=int, default=0)
 parser.add_argument("--signal", default=None)
 parser.add_argument("--array", action="store_true")
 parser.add_argument("--hold", action="store_true")
+parser.add_argument("--interrupt", default=None)
+parser.add_argument("--on-interrupt", choices=("die", "exit", "go-on"), default="die")
 args = parser.parse_args()
 if args.hold:
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -40,9 +49,28 @@ if args.cut and lines:
     last = lines[-1].rstrip(b"\n")
     lines[-1] = last[: len(last) // 2]
 out = sys.stdout.buffer
-for line in lines:
+
+
+def interrupted(signum: int, frame: object) -> None:
+    with open(args.interrupt, "a") as log:
+        log.write("SIGINT\n")
+    if args.on_interrupt == "exit":
+        sys.exit(args.exit)
+
+
+for n, line in enumerate(lines):
     out.write(line)
     out.flush()
+    if args.interrupt and n == 0:
+        if args.on_interrupt != "die":
+            signal.signal(signal.SIGINT, interrupted)
+        open(args.interrupt, "w").close()
+        deadline = time.monotonic() + 20
+        while os.path.getsize(args.interrupt) == 0:
+            if time.monotonic() > deadline:
+                sys.exit(99)  # never interrupted
+            time.sleep(0.02)
+        time.sleep(0.5)
 if args.hold:
     signal.alarm(60)  # never outlive a broken test
     signal.pause()
