@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from api.bootstrap import Services
-from ledger.importer import HEAD_BYTES, import_paths
+from ledger.importer import import_paths
+from ledger.parsing import HEAD_BYTES
 from projections import queries
 
 import ccusage_ref
