@@ -7,8 +7,11 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts):
   still recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency
   key assigned once by the hook client), ``X-Hookledger-Captured-At`` and
   ``X-Hookledger-Redactions`` (:mod:`api.hooks_ingest`).
-* ``GET /v1/sessions`` (``limit``, ``offset``, ``agent``, ``status``),
-  ``GET /v1/sessions/{id}`` (batches, tool calls, status history),
+* ``GET /v1/sessions`` (``limit``, ``offset``, ``agent`` (exact), ``status`` (any
+  case); ``totals=1`` adds ``totals``, sums over every session the filters match
+  (:func:`projections.queries.session_totals`), and ``agents``, the agents that have
+  sessions; ``limit=0`` lists none), ``GET /v1/sessions/{id}`` (batches, tool calls,
+  status history, lineage: ``parent``, ``spawned_by``, ``subagents``),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions and digests),
   ``GET /healthz``.
 * ``GET /v1/stream`` — server-sent events (:mod:`api.stream`, ``docs/sse.md``);
@@ -134,12 +137,21 @@ def create_app(
             offset = int(q.get("offset", "0"))
         except ValueError:
             return JSONResponse({"error": "limit and offset must be integers"}, 400)
-        rows = await anyio.to_thread.run_sync(
-            lambda: queries.list_sessions(
-                services.models, limit=limit, offset=offset, agent=q.get("agent"), status=q.get("status")
+        agent, status = q.get("agent"), q.get("status")
+
+        def read() -> dict[str, Any]:
+            rows = (
+                queries.list_sessions(services.models, limit=limit, offset=offset, agent=agent, status=status)
+                if limit > 0
+                else []
             )
-        )
-        return JSONResponse({"sessions": rows, "limit": limit, "offset": offset})
+            body: dict[str, Any] = {"sessions": rows, "limit": limit, "offset": offset}
+            if q.get("totals") in ("1", "true"):
+                body["totals"] = queries.session_totals(services.models, agent=agent, status=status)
+                body["agents"] = queries.agents(services.models)
+            return body
+
+        return JSONResponse(await anyio.to_thread.run_sync(read))
 
     async def get_session(request: Request) -> Response:
         await current()
