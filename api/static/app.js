@@ -351,9 +351,12 @@ function listView(params) {
     return seen && seen.event_count > s.event_count ? seen : s;
   };
 
-  // totals of every session the filters match (not only this page)
-  const showTotals = (data) => {
-    if (!data.totals) return;
+  // totals of every session the filters match (not only this page); an answer older
+  // than one already shown is dropped
+  let totalsAsked = 0, totalsShown = 0;
+  const showTotals = (data, asked) => {
+    if (!data.totals || asked < totalsShown) return;
+    totalsShown = asked;
     addAgents(data.agents || []);
     const t = data.totals;
     totalsLine.replaceChildren(
@@ -366,21 +369,29 @@ function listView(params) {
     if (agent) q.set("agent", agent);
     return q;
   };
-  // on updates from the stream, the totals are fetched again: at most every 2 s
-  let totalsTimer = null;
+  // After updates from the stream the totals are fetched again, once the updates pause
+  // for 2 s, and at least every 10 s while they go on: a burst (an import) costs the
+  // server a few aggregates, not one per update
+  let totalsTimer = null, totalsDue = 0;
+  const fetchTotals = async () => {
+    totalsTimer = null;
+    totalsDue = 0;
+    const asked = ++totalsAsked;
+    try {
+      const data = await api("/v1/sessions?" + filterQuery(new URLSearchParams({ limit: 0, totals: 1 })));
+      if (view.contains(totalsLine) && data) showTotals(data, asked);
+    } catch { /* the next update or (re)connect tries again */ }
+  };
   const refreshTotals = () => {
-    if (totalsTimer) return;
-    totalsTimer = setTimeout(async () => {
-      try {
-        const data = await api("/v1/sessions?" + filterQuery(new URLSearchParams({ limit: 0, totals: 1 })));
-        if (view.contains(totalsLine) && data) showTotals(data);
-      } catch { /* the next update or (re)connect tries again */ }
-      totalsTimer = null;
-    }, 2000);
+    const now = Date.now();
+    if (!totalsDue) totalsDue = now + 10000;
+    clearTimeout(totalsTimer);
+    totalsTimer = setTimeout(fetchTotals, Math.max(0, Math.min(2000, totalsDue - now)));
   };
 
   async function load() {
     const q = filterQuery(new URLSearchParams({ limit: PAGE, offset, totals: 1 }));
+    const asked = ++totalsAsked;
     let data;
     try {
       data = await api("/v1/sessions?" + q);
@@ -388,7 +399,7 @@ function listView(params) {
       if (!(e instanceof Unauthorized)) pageInfo.textContent = String(e);
       return;
     }
-    showTotals(data);
+    showTotals(data, asked);
     rows.clear();
     shown.clear();
     tbody.replaceChildren(...data.sessions.map((s) => row(fresher(s))));
@@ -439,12 +450,12 @@ function listView(params) {
       updates = updates.filter((s) => first.has(s.id) || rows.has(s.id));
     }
     for (const s of updates) upsert(s);
+    refreshTotals();
   };
   const onUpdate = (s) => {
     newest.set(s.id, s);
     if (!queued.size) nextFrame(flush);
     queued.set(s.id, s);
-    refreshTotals();
   };
 
   openStream({ kinds: "session.updated" }, {
