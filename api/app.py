@@ -3,6 +3,7 @@
 Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds;
 ``cost_usd`` USD):
 
+<<<<<<< HEAD
 * ``POST /v1/hooks/{agent}`` (``claude-code``, ``codex``, ``gemini``, ``cursor``,
   ``openclaw``) — one hook payload, the agent's hook JSON. 202 ``{"appended",
   "duplicates", "positions", "sessions"}``; ``{"error", "rejected": true,
@@ -23,6 +24,20 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
   (:mod:`api.commands`, ``docs/lifecycle.md``).
 * ``GET /v1/search`` (:mod:`api.search`), ``GET /v1/context`` (:mod:`api.context`),
   ``GET /v1/analytics`` and ``/v1/analytics/{query}`` (:mod:`api.analytics`).
+=======
+* ``POST /v1/hooks/{agent}`` — one hook payload. 202 ``{"appended", "duplicates",
+  "positions"}``; 400 ``{"error", "positions"}`` when it cannot be parsed (the body is
+  still recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency
+  key assigned once by the hook client), ``X-Hookledger-Captured-At`` and
+  ``X-Hookledger-Redactions`` (:mod:`api.hooks_ingest`).
+* ``GET /v1/sessions`` (``limit``, ``offset``, ``agent`` (exact), ``status`` (any
+  case); ``totals=1`` adds ``totals``, sums over every session the filters match
+  (:func:`projections.queries.session_totals`), and ``agents``, the agents that have
+  sessions; ``limit=0`` lists none), ``GET /v1/sessions/{id}`` (batches, tool calls,
+  status history, lineage: ``parent``, ``spawned_by``, ``subagents``),
+  ``GET /v1/sessions/{id}/events`` (ledger events with positions and digests),
+  ``GET /healthz``.
+>>>>>>> fix-viewer
 * ``GET /v1/stream`` — server-sent events (:mod:`api.stream`, ``docs/sse.md``);
   ``GET /`` — the web viewer (:mod:`api.viewer`).
 * ``GET /healthz`` — ``{"ok", "head", "projections": {name: {"position", "lag"}},
@@ -149,12 +164,21 @@ def create_app(
             offset = int(q.get("offset", "0"))
         except ValueError:
             return JSONResponse({"error": "limit and offset must be integers"}, 400)
-        rows = await anyio.to_thread.run_sync(
-            lambda: queries.list_sessions(
-                services.models, limit=limit, offset=offset, agent=q.get("agent"), status=q.get("status")
+        agent, status = q.get("agent"), q.get("status")
+
+        def read() -> dict[str, Any]:
+            rows = (
+                queries.list_sessions(services.models, limit=limit, offset=offset, agent=agent, status=status)
+                if limit > 0
+                else []
             )
-        )
-        return JSONResponse({"sessions": rows, "limit": limit, "offset": offset})
+            body: dict[str, Any] = {"sessions": rows, "limit": limit, "offset": offset}
+            if q.get("totals") in ("1", "true"):
+                body["totals"] = queries.session_totals(services.models, agent=agent, status=status)
+                body["agents"] = queries.agents(services.models)
+            return body
+
+        return JSONResponse(await anyio.to_thread.run_sync(read))
 
     async def get_session(request: Request) -> Response:
         await current()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from sqlalchemy import ColumnElement, Table, func, or_, select
+from sqlalchemy import BigInteger, ColumnElement, Float, Table, cast, func, or_, select
 
 from projections.runner import ReadModels
 from projections.summaries import summaries_of
@@ -69,11 +69,7 @@ def list_sessions(
     t = models.table("sessions")
     columns = _session_columns(t)
     last_activity = columns[SESSION_FIELDS.index("last_activity_at")]
-    q = select(*columns).order_by(last_activity.desc(), t.c.id)
-    if agent:
-        q = q.where(t.c.agent == agent)
-    if status:
-        q = q.where(t.c.status == status.upper())
+    q = select(*columns).order_by(last_activity.desc(), t.c.id).where(*_filters(t, agent, status))
     if limit is not None:
         q = q.limit(limit)
     if offset:
@@ -82,13 +78,75 @@ def list_sessions(
         return [dict(r) for r in conn.execute(q).mappings()]
 
 
+def _filters(t: Table, agent: str | None, status: str | None) -> list[ColumnElement[bool]]:
+    """The ``agent`` (exact) and ``status`` (any case) filters of the session list."""
+    found: list[ColumnElement[bool]] = []
+    if agent:
+        found.append(t.c.agent == agent)
+    if status:
+        found.append(t.c.status == status.upper())
+    return found
+
+
+TOTAL_FIELDS = (
+    "prompt_count",
+    "tool_call_count",
+    "tool_error_count",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "cost_usd",
+    "unpriced_tokens",
+)
+
+
+def session_totals(
+    models: ReadModels, *, agent: str | None = None, status: str | None = None
+) -> dict[str, Any]:
+    """Sums over the sessions :func:`list_sessions` lists with the same filters:
+    ``sessions``, ``subagents`` (those with a parent), the :data:`TOTAL_FIELDS` sums,
+    ``agent_cost_usd`` (None when no session has a figure), ``first_started_at`` and
+    ``last_activity_at``. A subagent run is its own session: nothing is counted twice."""
+    t = models.table("sessions")
+    columns = _session_columns(t)
+    started = columns[SESSION_FIELDS.index("started_at")]
+    last_activity = columns[SESSION_FIELDS.index("last_activity_at")]
+    q = select(
+        func.count().label("sessions"),
+        func.count(t.c.parent_id).label("subagents"),
+        # PostgreSQL sums BIGINT as NUMERIC (a Decimal): cast back to the column's kind
+        *[
+            cast(func.coalesce(func.sum(t.c[f]), 0), Float if f == "cost_usd" else BigInteger).label(f)
+            for f in TOTAL_FIELDS
+        ],
+        cast(func.sum(t.c.agent_cost_usd), Float).label("agent_cost_usd"),
+        func.min(started).label("first_started_at"),
+        func.max(last_activity).label("last_activity_at"),
+    ).where(*_filters(t, agent, status))
+    with models.engine.connect() as conn:
+        return {str(k): v for k, v in conn.execute(q).mappings().one().items()}
+
+
+def agents(models: ReadModels) -> list[str]:
+    """The agents that have sessions, sorted (the values the ``agent`` filter takes)."""
+    t = models.table("sessions")
+    with models.engine.connect() as conn:
+        return list(conn.execute(select(t.c.agent).distinct().order_by(t.c.agent)).scalars())
+
+
 def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
     """One session (a ledger id, not a prefix: see :func:`find_session_id`), None when
     unknown: the :func:`list_sessions` fields plus ``batches`` (``prompt_batches`` rows,
     by number), ``tool_calls`` (``tool_calls`` rows in log order, ``tool_input`` and
     ``output`` decoded from JSON, ``duration_ms`` milliseconds), ``status_history`` (one
-    row per transition, by version), ``children`` (subagent and fork ids) and
-    ``summaries`` (with their observations)."""
+    row per transition, by version), ``summaries`` (with their observations), and its
+    lineage: ``children`` (ids of subagents and forks), ``subagents`` (their session
+    rows, first started first), ``parent`` (``id``, ``external_id``, ``agent``,
+    ``agent_type``, ``status``; None when the session has no parent or the parent has
+    no row) and ``spawned_by`` (the parent's tool call that started
+    this run: ``tool_use_id``, ``tool_name``, ``batch``, ``status``, ``description``;
+    None when not recorded)."""
     s = models.table("sessions")
     b = models.table("prompt_batches")
     tc = models.table("tool_calls")
@@ -124,8 +182,42 @@ def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
         out["children"] = [
             r[0] for r in conn.execute(select(s.c.id).where(s.c.parent_id == session_id).order_by(s.c.id))
         ]
+        columns = _session_columns(s)
+        started = columns[SESSION_FIELDS.index("started_at")]
+        out["subagents"] = [
+            dict(r)
+            for r in conn.execute(
+                select(*columns).where(s.c.parent_id == session_id).order_by(started, s.c.id)
+            ).mappings()
+        ]
+        out["parent"] = out["spawned_by"] = None
+        if out["parent_id"]:
+            parent = conn.execute(
+                select(s.c.id, s.c.external_id, s.c.agent, s.c.agent_type, s.c.status).where(
+                    s.c.id == out["parent_id"]
+                )
+            ).mappings().first()
+            out["parent"] = dict(parent) if parent else None
+        if out["parent_id"] and out["parent_tool_use_id"]:
+            call = conn.execute(
+                select(tc.c.tool_use_id, tc.c.tool_name, tc.c.batch, tc.c.status, tc.c.tool_input).where(
+                    tc.c.session_id == out["parent_id"], tc.c.tool_use_id == out["parent_tool_use_id"]
+                )
+            ).mappings().first()
+            if call is not None:
+                found = dict(call)
+                found["description"] = _description(found.pop("tool_input"))
+                out["spawned_by"] = found
         out["summaries"] = summaries_of(conn, _summary_tables(models), session_id)
         return out
+
+
+def _description(tool_input: str | None) -> str | None:
+    """The ``description`` a subagent tool call gave (Claude Code's Task/Agent tool), at
+    most 200 characters; None when it has none."""
+    value = orjson.loads(tool_input) if tool_input else None
+    text = value.get("description") if isinstance(value, dict) else None
+    return text[:200] if isinstance(text, str) and text else None
 
 
 def _summary_tables(models: ReadModels) -> dict[str, Table]:

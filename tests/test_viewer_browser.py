@@ -446,3 +446,189 @@ def test_a_burst_of_new_sessions_leaves_page_one_as_the_server_lists_it(
     finally:
         srv.stop()
     assert shown == listed
+
+
+def _task_calls(transcript: Path) -> list[dict[str, Any]]:
+    """The Task tool_use blocks of a Claude Code transcript, read with plain json."""
+    import json
+
+    found = []
+    for line in transcript.read_text().splitlines():
+        record = json.loads(line)
+        content = (record.get("message") or {}).get("content")
+        if record.get("type") == "assistant" and isinstance(content, list):
+            found += [c for c in content if c.get("type") == "tool_use" and c.get("name") == "Task"]
+    return found
+
+
+def test_subagents_are_marked_in_the_list_and_linked_both_ways(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    # A real Claude Code session with two subagent runs (a Task subagent and a compaction
+    # agent): in the list each child reads as a subagent of its parent, with a link; the
+    # parent's page lists them and links the Task call to the run it spawned; the child's
+    # page, opened by its external id (which holds a "/"), names its parent and the call.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    from conftest import FIXTURES, cli
+
+    ref = "258c7280-ae70-4798-800f-63464d01a85d"
+    folder = FIXTURES / "spotter-claude-transcripts"
+    (task,) = _task_calls(folder / f"{ref}.jsonl")
+    cli(settings, "import", str(folder))
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / request.node.name
+    srv = Server(settings).start()
+    try:
+        listed = {s["external_id"]: s for s in httpx.get(f"{srv.url}/v1/sessions?limit=100").json()["sessions"]}
+        parent = listed[ref]
+        spawned = listed[f"{ref}/agent-a881341"]
+        compact = listed[f"{ref}/agent-acompact-fffbd0"]
+        with sync_playwright() as p:
+            browser, page = _open_page(p)
+            page.goto(srv.url + "/")
+            page.wait_for_selector(f'tr.session-row[data-id="{spawned["id"]}"]')
+            page.screenshot(path=f"{shot}-list.png")
+            rows = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('tr.session-row')].map(
+                r => [r.dataset.id, {child: r.classList.contains('child'), text: r.innerText,
+                      link: r.querySelector('.lineage a')?.getAttribute('href') ?? null}]))""")
+            # a click on the parent link opens the parent, not the child's row
+            page.click(f'tr.session-row[data-id="{spawned["id"]}"] .lineage a')
+            page.wait_for_function("id => window.hookledger.view === id", arg=parent["id"])
+            page.wait_for_selector("#subagents tbody tr")
+            page.wait_for_selector("#batches tr[data-tool-use-id] .spawned a")
+            subagent_links = page.eval_on_selector_all(
+                "#subagents tbody tr a", "as => as.map(a => a.getAttribute('href'))")
+            call_links = page.evaluate("""() => [...document.querySelectorAll('#batches tr[data-tool-use-id]')]
+                .filter(r => r.querySelector('.spawned a'))
+                .map(r => [r.dataset.toolUseId, r.querySelector('.spawned a').getAttribute('href')])""")
+            parent_totals = page.inner_text("#session-totals")
+            page.screenshot(path=f"{shot}-parent.png")
+            # the child by its external id, as the agent names it
+            page.goto(f"{srv.url}/#/session/{ref}/agent-a881341")
+            page.wait_for_selector("#lineage:not([hidden]) a")
+            page.wait_for_selector("#batches .batch[data-batch='1']")
+            lineage = page.inner_text("#lineage")
+            lineage_link = page.get_attribute("#lineage a", "href")
+            prompt = page.inner_text("#batches .batch[data-batch='1'] .prompt")
+            page.screenshot(path=f"{shot}-child.png")
+            browser.close()
+    finally:
+        srv.stop()
+    assert rows[parent["id"]] == {**rows[parent["id"]], "child": False, "link": None}
+    for child in (spawned, compact):
+        assert rows[child["id"]]["child"]
+        assert rows[child["id"]]["link"] == f"#/session/{parent['id']}"
+        # its own id, not the parent's first characters
+        assert child["external_id"].rsplit("/", 1)[1] in rows[child["id"]]["text"]
+    assert "subagent of" in rows[spawned["id"]]["text"]
+    assert "subagent (compact) of" in rows[compact["id"]]["text"]
+    assert sorted(subagent_links) == sorted(f"#/session/{c['id']}" for c in (spawned, compact))
+    assert call_links == [[task["id"], f"#/session/{spawned['id']}"]]
+    assert "with 2 subagents" in parent_totals
+    assert lineage_link == f"#/session/{parent['id']}"
+    assert ref in lineage and "spawned by Task" in lineage and task["input"]["description"] in lineage
+    assert prompt == task["input"]["prompt"]
+
+
+def _shown_number(text: str, label: str) -> str:
+    """The figure after ``label`` in a totals line (``prompts 12 · tool calls …``)."""
+    import re
+
+    m = re.search(re.escape(label) + r" ([^·\n]+)", text)
+    assert m, (label, text)
+    return m.group(1).strip()
+
+
+def test_totals_on_the_list_and_the_session_page_and_the_agent_filter(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    # Three agents' real sessions: the list's totals line sums every session the filters
+    # match (not just the page), the agent filter offers the agents there are and lists
+    # exactly that agent's sessions, a session of a new agent arriving live updates both,
+    # and a session page heads with its own totals.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    from conftest import FIXTURES, cli
+
+    for folder in ("spotter-claude-transcripts", "agentcmd-codex-rollouts", "agentcmd-gemini-sessions"):
+        cli(settings, "import", str(FIXTURES / folder))
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / request.node.name
+    srv = Server(settings).start()
+
+    def sessions(**filters: str) -> list[dict[str, Any]]:
+        q = "&".join(f"{k}={v}" for k, v in filters.items())
+        return httpx.get(f"{srv.url}/v1/sessions?limit=1000&{q}").json()["sessions"]
+
+    def expect(rows: list[dict[str, Any]]) -> dict[str, str]:
+        total = lambda k: sum(r[k] for r in rows)  # noqa: E731
+        return {
+            "sessions": f"{len(rows):,}",
+            "prompts": f"{total('prompt_count'):,}",
+            "tokens in / out": f"{total('input_tokens'):,} / {total('output_tokens'):,}",
+            "cache write / read": f"{total('cache_creation_input_tokens'):,} / {total('cache_read_input_tokens'):,}",
+            "cost": f"${total('cost_usd'):.2f}",
+        }
+
+    def shown(text: str) -> dict[str, str]:
+        return {
+            "sessions": text.split(" session")[0].strip(),
+            **{k: _shown_number(text, k) for k in ("prompts", "tokens in / out", "cache write / read", "cost")},
+        }
+
+    try:
+        everything = sessions()
+        codex = sessions(agent="codex")
+        with sync_playwright() as p:
+            browser, page = _open_page(p)
+            page.goto(srv.url + "/")
+            page.wait_for_selector("#conn[data-state=live]")
+            page.wait_for_selector("#totals [data-total=cost]")
+            all_totals = page.inner_text("#totals")
+            options = page.eval_on_selector_all("#agent-filter option", "os => os.map(o => o.value)")
+            page.select_option("#agent-filter", "codex")
+            page.wait_for_function("() => location.hash.includes('agent=codex')")
+            page.wait_for_function(
+                "n => document.querySelectorAll('tr.session-row').length === n", arg=len(codex))
+            page.wait_for_function("t => document.querySelector('#totals').innerText !== t", arg=all_totals)
+            codex_totals = page.inner_text("#totals")
+            codex_rows = page.eval_on_selector_all("tr.session-row", "rs => rs.map(r => r.dataset.id)")
+            page.screenshot(path=f"{shot}-codex.png")
+            # a new agent's session arrives live: it is offered, and the totals count it
+            page.select_option("#agent-filter", "")
+            page.wait_for_function("t => document.querySelector('#totals').innerText === t", arg=all_totals)
+            hook = {"session_id": "totals-live-1", "cwd": "/tmp/live", "hook_event_name": "beforeSubmitPrompt",
+                    "prompt": "count me", "conversation_id": "totals-live-1", "generation_id": "g1",
+                    "workspace_roots": ["/tmp/live"]}
+            r = httpx.post(srv.url + "/v1/hooks/cursor", json=hook, timeout=30)
+            assert r.status_code == 202, r.text
+            page.wait_for_selector("#agent-filter option[value=cursor]", state="attached")
+            page.wait_for_function("t => document.querySelector('#totals').innerText !== t", arg=all_totals)
+            live_totals = page.inner_text("#totals")
+            after = sessions()
+            # one session's page: its own totals
+            top = max(everything, key=lambda s: s["tool_call_count"])
+            page.goto(f"{srv.url}/#/session/{top['id']}")
+            page.wait_for_selector("#batches .batch[data-batch='1']")
+            session_totals = page.inner_text("#session-totals")
+            page.screenshot(path=f"{shot}-session.png")
+            browser.close()
+    finally:
+        srv.stop()
+    assert options == ["", *sorted({s["agent"] for s in everything})]
+    assert shown(all_totals) == expect(everything)
+    assert codex_rows == [s["id"] for s in codex] and {s["agent"] for s in codex} == {"codex"}
+    assert shown(codex_totals) == expect(codex)
+    assert len(after) == len(everything) + 1
+    assert shown(live_totals) == expect(after)
+    assert _shown_number(session_totals, "prompts") == f"{top['prompt_count']:,}"
+    calls = f"{top['tool_call_count']:,}" + (f" ({top['tool_error_count']:,} failed)" if top["tool_error_count"] else "")
+    assert _shown_number(session_totals, "tool calls") == calls
+    assert _shown_number(session_totals, "tokens in / out") == f"{top['input_tokens']:,} / {top['output_tokens']:,}"
+    assert _shown_number(session_totals, "cost") == f"${top['cost_usd']:.2f}"
+    assert _shown_number(session_totals, "duration") not in ("", "–")

@@ -1,7 +1,9 @@
 // hookledger viewer: plain modern JS, no build step, no network beyond this server.
 // Everything shown is set with textContent / text nodes, never innerHTML.
-// Views: #/ (sessions, paginated), #/session/<id> (batches, tool calls, status
-// timeline, live ledger events) and #/search?q=… (full-text search, docs/search.md). Live updates come from GET /v1/stream (docs/sse.md).
+// Views: #/ (sessions, paginated, with the totals of the filter; subagents marked and
+// linked to their parent), #/session/<id> (totals, lineage, subagents, batches, tool
+// calls, status timeline, live ledger events) and #/search?q=… (full-text search,
+// docs/search.md). Live updates come from GET /v1/stream (docs/sse.md).
 
 const PAGE = 50;
 const MAX_EVENTS_SHOWN = 500;
@@ -85,6 +87,61 @@ function el(tag, attrs = {}, ...children) {
 const num = (n) => (n == null ? "–" : Number(n).toLocaleString());
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : "–");
 const badge = (status) => el("span", { class: "status", "data-status": status }, status || "?");
+const day = (iso) => (iso ? new Date(iso).toLocaleDateString() : "–");
+const usd = (x) => "$" + (x > 0 && x < 0.01 ? x.toFixed(4) : x.toFixed(2));
+
+// "1h 02m" from started to ended (or last activity); "–" without both times
+function span(from, to) {
+  const ms = from && to ? new Date(to) - new Date(from) : NaN;
+  if (!(ms >= 0)) return "–";
+  const s = Math.round(ms / 1000), m = Math.floor(s / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
+  const two = (n) => String(n).padStart(2, "0");
+  if (d) return `${d}d ${h % 24}h`;
+  if (h) return `${h}h ${two(m % 60)}m`;
+  if (m) return `${m}m ${two(s % 60)}s`;
+  return `${s}s`;
+}
+
+// Computed cost (a lower bound, "≥", when some usage had no price) and the agent's own
+// figure when it reported one (docs/cost.md); t: a sessions row or GET /v1/sessions totals
+function costText(t) {
+  let text = (t.unpriced_tokens ? "≥" : "") + usd(t.cost_usd || 0);
+  if (t.unpriced_tokens) text += ` (${num(t.unpriced_tokens)} tokens unpriced)`;
+  if (t.agent_cost_usd != null) text += ` · agent reported ${usd(t.agent_cost_usd)}`;
+  return text;
+}
+
+// Compact totals of a sessions row, or of GET /v1/sessions?totals=1 (prompts, tool
+// calls, tokens in/out, cache write/read, cost): [label, value] pairs
+function totalItems(t) {
+  return [
+    ["prompts", num(t.prompt_count)],
+    ["tool calls", num(t.tool_call_count) + (t.tool_error_count ? ` (${num(t.tool_error_count)} failed)` : "")],
+    ["tokens in / out", `${num(t.input_tokens)} / ${num(t.output_tokens)}`],
+    ["cache write / read", `${num(t.cache_creation_input_tokens)} / ${num(t.cache_read_input_tokens)}`],
+    ["cost", costText(t)],
+  ];
+}
+
+function totalsNodes(items) {
+  return items.flatMap(([k, v], i) => [i ? " · " : null, el("span", { "data-total": k }, el("span", { class: "muted" }, k + " "), v)])
+    .filter(Boolean);
+}
+
+// A subagent's own part of its external id (Claude Code: "<parent's id>/agent-…"), so
+// that it does not read as its parent's; else the first 8 characters
+function shortId(s) {
+  const ext = s.external_id || s.id;
+  const cut = s.parent_id ? ext.lastIndexOf("/") : -1;
+  return cut >= 0 ? ext.slice(cut + 1, cut + 25) : ext.slice(0, 8);
+}
+
+// "subagent" when a tool call or an agent type spawned it, else "child" (a fork)
+const childKind = (s) => (s.parent_tool_use_id || s.agent_type || /\/agent-/.test(s.external_id || "") ? "subagent" : "child");
+
+function sessionLink(id, text, title) {
+  return el("a", { href: "#/session/" + encodeURIComponent(id), title: title || id, onclick: (e) => e.stopPropagation() }, text);
+}
 
 function jsonText(value) {
   let text = typeof value === "string" ? value : JSON.stringify(value, null, 2);
@@ -179,17 +236,23 @@ function connect(s) {
 
 // -- sessions list ------------------------------------------------------------------
 
-function sessionCells(s) {
+// parentName(id): how the list names a parent session (its short id when known)
+function sessionCells(s, parentName) {
   const project = s.cwd || "";
+  const lineage = s.parent_id
+    ? el("span", { class: "lineage", "data-parent": s.parent_id },
+      "↳ " + childKind(s) + (s.agent_type ? ` (${s.agent_type})` : "") + " of ",
+      sessionLink(s.parent_id, parentName(s)))
+    : null;
   return [
     el("td", {}, badge(s.status)),
-    el("td", {}, s.agent),
+    el("td", { class: "agent" }, s.agent, lineage ? el("br") : null, lineage),
     el("td", { title: project }, project.split("/").filter(Boolean).slice(-2).join("/") || "–"),
     el("td", { class: "num" }, num(s.prompt_count)),
     el("td", { class: "num" }, num(s.tool_call_count), s.tool_error_count ? el("span", { class: "error" }, ` (${s.tool_error_count} failed)`) : null),
     el("td", { class: "num" }, `${num(s.input_tokens)} / ${num(s.output_tokens)}`),
     el("td", {}, when(s.last_activity_at)),
-    el("td", { class: "muted", title: s.external_id }, (s.external_id || s.id).slice(0, 8)),
+    el("td", { class: "muted", title: s.external_id }, shortId(s)),
   ];
 }
 
@@ -216,10 +279,24 @@ function listView(params) {
   const statusSelect = el("select", { onchange: (e) => go({ status: e.target.value, offset: 0 }) },
     ...["", ...STATUSES].map(
       (v) => el("option", { value: v, selected: v === status }, v || "any status")));
-  const agentInput = el("input", { placeholder: "agent", value: agent, onchange: (e) => go({ agent: e.target.value, offset: 0 }) });
+  // the agents that have sessions (GET /v1/sessions?totals=1), matched exactly as the
+  // API's agent filter does; one that appears on the stream is added
+  const agentSelect = el("select", { id: "agent-filter", "aria-label": "agent", onchange: (e) => go({ agent: e.target.value, offset: 0 }) });
+  const agentOptions = new Set();
+  const addAgents = (names) => {
+    const all = [...new Set([...agentOptions, ...names, ...(agent ? [agent] : [])])].sort();
+    if (all.length === agentOptions.size) return;
+    all.forEach((a) => agentOptions.add(a));
+    agentSelect.replaceChildren(...["", ...all].map(
+      (v) => el("option", { value: v, selected: v === agent }, v || "any agent")));
+  };
+  addAgents([]);
+  if (!agentOptions.size) agentSelect.replaceChildren(el("option", { value: "" }, "any agent"));
+  const totalsLine = el("p", { id: "totals", class: "totals" });
 
   view.replaceChildren(
-    el("div", { class: "filters" }, statusSelect, agentInput),
+    el("div", { class: "filters" }, statusSelect, agentSelect),
+    totalsLine,
     el("table", { id: "sessions" },
       el("thead", {}, el("tr", {}, ...["status", "agent", "project", "prompts", "tool calls", "tokens in / out", "last activity", "session"].map(
         (h, i) => el("th", { class: i >= 3 && i <= 5 ? "num" : null }, h)))),
@@ -227,8 +304,19 @@ function listView(params) {
     el("div", { class: "pager" }, prev, next, pageInfo),
   );
 
+  // a parent's short id: from its row when the page has seen it
+  const parentName = (s) => {
+    const p = newest.get(s.parent_id) || shown.get(s.parent_id);
+    if (p) return shortId(p);
+    const ext = s.external_id || "";
+    return ext.includes("/") ? ext.split("/")[0].slice(0, 8) : s.parent_id.slice(0, 8);
+  };
+  const cells = (s) => sessionCells(s, parentName);
   const row = (s) => {
-    const tr = el("tr", { class: "session-row", "data-id": s.id, onclick: () => { location.hash = "#/session/" + encodeURIComponent(s.id); } }, ...sessionCells(s));
+    const tr = el("tr", {
+      class: s.parent_id ? "session-row child" : "session-row", "data-id": s.id,
+      onclick: () => { location.hash = "#/session/" + encodeURIComponent(s.id); },
+    }, ...cells(s));
     rows.set(s.id, tr);
     shown.set(s.id, s);
     return tr;
@@ -263,10 +351,47 @@ function listView(params) {
     return seen && seen.event_count > s.event_count ? seen : s;
   };
 
-  async function load() {
-    const q = new URLSearchParams({ limit: PAGE, offset });
+  // totals of every session the filters match (not only this page); an answer older
+  // than one already shown is dropped
+  let totalsAsked = 0, totalsShown = 0;
+  const showTotals = (data, asked) => {
+    if (!data.totals || asked < totalsShown) return;
+    totalsShown = asked;
+    addAgents(data.agents || []);
+    const t = data.totals;
+    totalsLine.replaceChildren(
+      el("span", { "data-total": "sessions" }, el("strong", {}, num(t.sessions)), ` session${t.sessions === 1 ? "" : "s"}`,
+        t.subagents ? ` (${num(t.subagents)} subagent${t.subagents === 1 ? "" : "s"})` : ""),
+      " · ", ...totalsNodes([...totalItems(t), ["period", t.sessions ? `${day(t.first_started_at)} – ${day(t.last_activity_at)}` : "–"]]));
+  };
+  const filterQuery = (q) => {
     if (status) q.set("status", status);
     if (agent) q.set("agent", agent);
+    return q;
+  };
+  // After updates from the stream the totals are fetched again, once the updates pause
+  // for 2 s, and at least every 10 s while they go on: a burst (an import) costs the
+  // server a few aggregates, not one per update
+  let totalsTimer = null, totalsDue = 0;
+  const fetchTotals = async () => {
+    totalsTimer = null;
+    totalsDue = 0;
+    const asked = ++totalsAsked;
+    try {
+      const data = await api("/v1/sessions?" + filterQuery(new URLSearchParams({ limit: 0, totals: 1 })));
+      if (view.contains(totalsLine) && data) showTotals(data, asked);
+    } catch { /* the next update or (re)connect tries again */ }
+  };
+  const refreshTotals = () => {
+    const now = Date.now();
+    if (!totalsDue) totalsDue = now + 10000;
+    clearTimeout(totalsTimer);
+    totalsTimer = setTimeout(fetchTotals, Math.max(0, Math.min(2000, totalsDue - now)));
+  };
+
+  async function load() {
+    const q = filterQuery(new URLSearchParams({ limit: PAGE, offset, totals: 1 }));
+    const asked = ++totalsAsked;
     let data;
     try {
       data = await api("/v1/sessions?" + q);
@@ -274,6 +399,7 @@ function listView(params) {
       if (!(e instanceof Unauthorized)) pageInfo.textContent = String(e);
       return;
     }
+    showTotals(data, asked);
     rows.clear();
     shown.clear();
     tbody.replaceChildren(...data.sessions.map((s) => row(fresher(s))));
@@ -286,6 +412,7 @@ function listView(params) {
 
   function upsert(s) {
     newest.set(s.id, s);
+    if (!agentOptions.has(s.agent)) addAgents([s.agent]);
     let tr = rows.get(s.id);
     if (!matches(s)) {
       drop(s.id);
@@ -293,7 +420,7 @@ function listView(params) {
     }
     if (!tr && offset !== 0) return; // only page 1 takes in sessions from the stream
     if (tr) {
-      tr.replaceChildren(...sessionCells(s));
+      tr.replaceChildren(...cells(s));
       shown.set(s.id, s);
     } else {
       tr = row(s);
@@ -323,6 +450,7 @@ function listView(params) {
       updates = updates.filter((s) => first.has(s.id) || rows.has(s.id));
     }
     for (const s of updates) upsert(s);
+    refreshTotals();
   };
   const onUpdate = (s) => {
     newest.set(s.id, s);
@@ -340,7 +468,10 @@ function listView(params) {
 
 function sessionView(id) {
   const title = el("h1", {}, "session ", id);
+  const lineage = el("p", { id: "lineage", class: "lineage", hidden: true });
+  const totals = el("p", { id: "session-totals", class: "totals" });
   const meta = el("dl", { class: "meta" });
+  const subagents = el("section", { id: "subagents", hidden: true });
   const batches = el("div", { id: "batches" });
   const timeline = el("ol", { id: "timeline" });
   const events = el("ol", { id: "events", class: "events" });
@@ -352,30 +483,88 @@ function sessionView(id) {
   debug.view = id;
 
   view.replaceChildren(
-    el("p", {}, el("a", { href: "#/" }, "← all sessions")), title, note, meta,
+    el("p", {}, el("a", { href: "#/" }, "← all sessions")), title, lineage, totals, note, meta, subagents,
     el("section", {}, el("h2", {}, "Prompt batches"), batches),
     el("section", {}, el("h2", {}, "Status timeline"), timeline),
     el("section", {}, el("h2", {}, "Ledger events (live)"), events),
   );
 
+  // the newest GET /v1/sessions/{id} answer: its lineage and subagents (the stream's
+  // session.updated carries only the sessions row)
+  let detail = null;
+
   function renderMeta(s) {
     title.replaceChildren("session ", s.external_id || s.id, " ", badge(s.status));
+    // the session's own totals; its subagents' are theirs (docs/cost.md), added below
+    const own = [...totalItems(s), ["duration", span(s.started_at, s.ended_at || s.last_activity_at)]];
+    const subs = detail?.subagents || [];
+    const sum = (k) => subs.reduce((n, c) => n + (c[k] || 0), s[k] || 0);
+    totals.replaceChildren(...totalsNodes(own), ...(subs.length ? [
+      el("br"),
+      el("span", { "data-total": "with subagents" }, el("span", { class: "muted" }, `with ${subs.length} subagent${subs.length === 1 ? "" : "s"} `),
+        `${num(sum("prompt_count"))} prompts · ${num(sum("tool_call_count"))} tool calls · tokens ${num(sum("input_tokens"))} / ${num(sum("output_tokens"))} · `,
+        costText({ cost_usd: sum("cost_usd"), unpriced_tokens: sum("unpriced_tokens"), agent_cost_usd: null })),
+    ] : []));
     const items = [
       ["agent", s.agent + (s.agent_type ? ` (${s.agent_type})` : "")], ["project", s.cwd], ["model", s.model],
-      ["prompts", num(s.prompt_count)], ["tool calls", `${num(s.tool_call_count)} (${num(s.tool_error_count)} failed)`],
-      ["tokens in / out", `${num(s.input_tokens)} / ${num(s.output_tokens)}`],
-      ["cache write / read", `${num(s.cache_creation_input_tokens)} / ${num(s.cache_read_input_tokens)}`],
       ["started", when(s.started_at)], ["last activity", when(s.last_activity_at)], ["ended", when(s.ended_at)],
       ["events", num(s.event_count)], ["ledger id", s.id],
     ];
     meta.replaceChildren(...items.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "–")]));
   }
 
-  function toolTable(calls) {
+  // "Task in batch #1: <its description>" (Claude Code's Task/Agent tool input)
+  function spawnedBy(call, toolUseId) {
+    if (!call) return toolUseId ? el("span", { class: "muted" }, toolUseId) : "–";
+    const about = call.tool_input && typeof call.tool_input.description === "string" ? call.tool_input.description : "";
+    return el("span", {}, el("strong", {}, call.tool_name || "?"), ` in batch #${call.batch}`, about ? `: ${about.slice(0, 200)}` : "");
+  }
+
+  // a subagent: whose, and which tool call of the parent spawned it; a parent: its
+  // subagents, each also linked from the tool call that spawned it
+  function renderLineage(d) {
+    lineage.hidden = !d.parent_id;
+    if (d.parent_id) {
+      const p = d.parent, call = d.spawned_by;
+      lineage.replaceChildren(
+        `↳ ${childKind(d)}${d.agent_type ? ` (${d.agent_type})` : ""} of `,
+        p ? sessionLink(p.id, (p.external_id || p.id) + (p.agent_type ? ` (${p.agent_type})` : ""))
+          : el("span", { title: d.parent_id }, d.parent_id.slice(0, 8) + " (no such session in the ledger)"),
+        p ? " " : "", p ? badge(p.status) : "",
+        call ? el("span", { class: "spawned-by" }, " · spawned by ", el("strong", {}, call.tool_name || "?"),
+          ` in batch #${call.batch}`, call.description ? `: ${call.description}` : "",
+          el("span", { class: "muted" }, ` (${call.tool_use_id})`))
+          : d.parent_tool_use_id ? el("span", { class: "muted" }, ` · spawned by tool call ${d.parent_tool_use_id}`) : "",
+      );
+    }
+    const subs = d.subagents || [];
+    const calls = new Map(d.tool_calls.map((c) => [c.tool_use_id, c]));
+    subagents.hidden = !subs.length;
+    subagents.replaceChildren(
+      el("h2", {}, `Subagents (${subs.length})`),
+      el("table", { class: "subagents" },
+        el("thead", {}, el("tr", {}, ...["status", "type", "session", "spawned by", "prompts", "tool calls", "tokens in / out", "cost", "started", "duration"].map(
+          (h, i) => el("th", { class: i >= 4 && i <= 7 ? "num" : null }, h)))),
+        el("tbody", {}, ...subs.map((c) => el("tr", { "data-id": c.id },
+          el("td", {}, badge(c.status)),
+          el("td", {}, c.agent_type || childKind(c)),
+          el("td", {}, sessionLink(c.id, shortId(c), c.external_id)),
+          el("td", { title: c.parent_tool_use_id }, spawnedBy(calls.get(c.parent_tool_use_id), c.parent_tool_use_id)),
+          el("td", { class: "num" }, num(c.prompt_count)),
+          el("td", { class: "num" }, num(c.tool_call_count), c.tool_error_count ? el("span", { class: "error" }, ` (${c.tool_error_count} failed)`) : null),
+          el("td", { class: "num" }, `${num(c.input_tokens)} / ${num(c.output_tokens)}`),
+          el("td", { class: "num" }, costText({ ...c, agent_cost_usd: null })),
+          el("td", {}, when(c.started_at)),
+          el("td", {}, span(c.started_at, c.ended_at || c.last_activity_at)),
+        )))));
+  }
+
+  function toolTable(calls, spawned) {
     return el("table", { class: "tools" },
       el("thead", {}, el("tr", {}, ...["tool", "status", "duration (ms)", "input", "output / error"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...calls.map((c) => el("tr", { "data-tool-use-id": c.tool_use_id, class: c.is_error ? "error" : null },
-        el("td", {}, c.tool_name || "?"),
+        el("td", {}, c.tool_name || "?", ...(spawned.get(c.tool_use_id) || []).flatMap((child) => [
+          el("br"), el("span", { class: "spawned" }, "→ ", sessionLink(child.id, `${childKind(child)} ${shortId(child)}`, child.external_id))])),
         el("td", {}, c.status, c.interrupted ? " (interrupted)" : ""),
         el("td", { class: "num" }, num(c.duration_ms)),
         el("td", {}, c.tool_input == null ? "–" : lazyPre("input", c.tool_input, "in:" + c.tool_use_id, openKeys)),
@@ -423,7 +612,15 @@ function sessionView(id) {
       deferred = d;
       return;
     }
+    detail = d;
     renderMeta(d);
+    renderLineage(d);
+    const spawned = new Map(); // tool_use_id -> the subagents that call spawned
+    for (const c of d.subagents || []) {
+      if (!c.parent_tool_use_id) continue;
+      if (!spawned.has(c.parent_tool_use_id)) spawned.set(c.parent_tool_use_id, []);
+      spawned.get(c.parent_tool_use_id).push(c);
+    }
     const summaries = new Map((d.summaries || []).map((sm) => [`${sm.scope}:${sm.batch}`, sm]));
     const byBatch = new Map();
     for (const c of d.tool_calls) {
@@ -434,7 +631,7 @@ function sessionView(id) {
     const sessionSummary = summaryBlock(summaries.get("session:0"));
     if (sessionSummary) blocks.push(sessionSummary);
     if (byBatch.has(0)) {
-      blocks.push(el("div", { class: "batch", "data-batch": 0 }, el("strong", {}, "Before the first prompt"), toolTable(byBatch.get(0))));
+      blocks.push(el("div", { class: "batch", "data-batch": 0 }, el("strong", {}, "Before the first prompt"), toolTable(byBatch.get(0), spawned)));
     }
     for (const b of d.batches) {
       const calls = byBatch.get(b.batch) || [];
@@ -443,7 +640,7 @@ function sessionView(id) {
           el("span", { class: "muted" }, `${b.prompt_kind || ""} · ${when(b.started_at)} · ${num(b.tool_call_count)} tool calls`,
             b.tool_error_count ? ` · ${b.tool_error_count} failed` : "", b.end_reason ? ` · ended: ${b.end_reason}` : "")),
         el("div", { class: "prompt" }, b.prompt || ""),
-        calls.length ? toolTable(calls) : null,
+        calls.length ? toolTable(calls, spawned) : null,
         b.last_assistant_message ? lazyPre("last reply", b.last_assistant_message, "reply:" + b.batch, openKeys) : null,
         summaryBlock(summaries.get(`batch:${b.batch}`)),
       ));
@@ -463,13 +660,17 @@ function sessionView(id) {
     debug.rendered++;
   }
 
+  // The session's ledger id, once the stream named it: a subagent's external id holds a
+  // "/" ("<parent's id>/agent-…"), which a path segment cannot carry (the server decodes
+  // %2F before routing), so the detail is fetched by ledger id
+  let ledgerId = null;
   let pending = null;
   function refresh() {
     if (pending) return;
     pending = setTimeout(async () => {
       pending = null;
       try {
-        const d = await api("/v1/sessions/" + encodeURIComponent(id));
+        const d = await api("/v1/sessions/" + encodeURIComponent(ledgerId || id));
         if (d) render(d);
         else note.textContent = "No such session yet; waiting for its events…";
       } catch (e) {
@@ -479,6 +680,7 @@ function sessionView(id) {
   }
 
   function appended(d, position) {
+    if (d.session_id && !ledgerId) ledgerId = d.session_id;
     if (seen.has(position)) debug.duplicates++;
     seen.add(position);
     debug.positions.push(position);
@@ -492,7 +694,13 @@ function sessionView(id) {
   openStream({ session: id, after: "0" }, {
     open: refresh,
     "event.appended": appended,
-    "session.updated": (d) => renderMeta(d.session),
+    "session.updated": (d) => {
+      if (!ledgerId) {
+        ledgerId = d.session.id;
+        if (!detail) refresh();
+      }
+      renderMeta(d.session);
+    },
     "batch.completed": refresh,
     "session.completed": refresh,
   });
