@@ -7,7 +7,6 @@ with everything already in the log, so they answer with all of it applied.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -149,17 +148,27 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
             f"  batch {b['batch']} [{b['status']}] {b['started_at']} {_cost_text(b)}: "
             f"{(b['prompt'] or '')[:100]!r}"
         )
-        _echo_calls(c for c in found["tool_calls"] if c["batch"] == b["batch"])
-    outside = [c for c in found["tool_calls"] if c["batch"] not in in_batches]
+        _echo_activity(found, {b["batch"]})
+    outside = {x["batch"] for x in (*found["tool_calls"], *found["inputs"])} - in_batches
     if outside:  # before the first prompt (batch 0), e.g. a run started without one
         click.echo("  outside any prompt batch:")
-        _echo_calls(outside)
+        _echo_activity(found, outside)
 
 
-def _echo_calls(calls: Iterable[dict[str, Any]]) -> None:
-    for c in calls:
-        mark = "!" if c["is_error"] else " "
-        click.echo(f"    {mark} {c['tool_name']:<16} {c['duration_ms'] or '-':>8} ms  {c['status']}")
+def _echo_activity(found: dict[str, Any], batches: set[int]) -> None:
+    """The tool calls and the inputs that open no batch (slash commands, task
+    notifications) of ``batches``, in log order."""
+    items: list[tuple[float, str]] = []
+    for c in found["tool_calls"]:
+        if c["batch"] in batches:
+            mark = "!" if c["is_error"] else " "
+            at = c["start_position"] or c["end_position"] or 0
+            items.append((at, f"    {mark} {c['tool_name']:<16} {c['duration_ms'] or '-':>8} ms  {c['status']}"))
+    for i in found["inputs"]:
+        if i["batch"] in batches:
+            items.append((i["position"], f"    > {i['kind']}: {(i['text'] or '')[:100]!r}"))
+    for _, line in sorted(items, key=lambda item: item[0]):
+        click.echo(line)
 
 
 @main.command()

@@ -2,7 +2,9 @@
 
 A batch is one human prompt (or a subagent's task prompt) and everything until the
 agent stops (``TurnEnded``), the next prompt, or the session's end. Activity before
-the first prompt (batch 0) belongs to no batch row.
+the first prompt (batch 0) belongs to no batch row. Inputs that open no batch (slash
+commands such as ``/compact``, background-task notifications) are ``batch_inputs``
+rows: position, session, batch (0 before the first prompt), kind, text, time.
 
 Tokens and ``cost_usd`` (USD) per batch follow the ``sessions`` rules: per
 ``message_id`` the last ``UsageRecorded`` wins (``batch_usage`` remembers which batch
@@ -29,6 +31,11 @@ _CASES = (
 """The classes :meth:`BatchesProjection.apply_all` has a case for."""
 _KIND: dict[type, tuple[bool, bool, bool, bool, bool, bool, bool]] = {}
 
+
+_OPENERS = ("human", "task")
+"""Prompt kinds that open a batch (:func:`ledger.session.opens_batch`); a prompt of any
+other kind (a slash command, a background task's notification) is a ``batch_inputs``
+row of the batch it arrived in."""
 
 _SETTLING = (Session.TurnEnded, Session.Ended, Session.RunEnded, Session.TimedOut)
 """Classes that end a batch's activity (with ``BatchClosed``, ``ActivitiesAttached`` and
@@ -72,6 +79,7 @@ class BatchesProjection(Projection):
     def apply_all(self, rows: RowCache, batch: Batch) -> None:
         held = rows.rows["prompt_batches"]
         dirty = rows.dirty["prompt_batches"]
+        inputs = rows.added["batch_inputs"]  # one new row per position
         for position, event in batch:
             kind = _KIND.get(type(event)) or _kind(type(event))
             lifecycle, summary, usage, prompt, has_case, activity, settles = kind
@@ -85,12 +93,14 @@ class BatchesProjection(Projection):
             row = (held.get(key) or rows.get("prompt_batches", key)) if event.batch >= 1 else None
             if usage:
                 self._usage(rows, sid, row, event)
+            elif prompt and event.prompt_kind not in _OPENERS:
+                inputs.append((
+                    position, sid, event.batch, event.prompt_kind, event.text, event_time(event)
+                ))
             if event.batch < 1:
                 continue
             if row is None:
-                if not (
-                    prompt and event.prompt_kind in ("human", "task")
-                ):
+                if not (prompt and event.prompt_kind in _OPENERS):
                     continue
                 at = event_time(event)
                 self._close(rows, (sid, event.batch - 1), at, "next_prompt", position)

@@ -140,7 +140,11 @@ def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
     unknown: the :func:`list_sessions` fields plus ``batches`` (``prompt_batches`` rows,
     by number), ``tool_calls`` (``tool_calls`` rows in log order, ``tool_input`` and
     ``output`` decoded from JSON, ``duration_ms`` milliseconds), ``status_history`` (one
-    row per transition, by version), ``summaries`` (with their observations), and its
+    row per transition, by version), ``inputs`` (what the session was given that opens
+    no batch, by position: ``position``, ``batch`` (0: before the first prompt),
+    ``kind`` (``command``: a slash command, text ``/name args``; ``task_notification``:
+    a background task's report), ``text``, ``occurred_at``), ``summaries`` (with their
+    observations), and its
     lineage: ``children`` (ids of subagents and forks), ``subagents`` (their session
     rows, first started first), ``parent`` (``id``, ``external_id``, ``agent``,
     ``agent_type``, ``status``; None when the session has no parent or the parent has
@@ -177,6 +181,15 @@ def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
             dict(r)
             for r in conn.execute(
                 select(sh).where(sh.c.session_id == session_id).order_by(sh.c.version)
+            ).mappings()
+        ]
+        bi = models.table("batch_inputs")
+        out["inputs"] = [
+            dict(r)
+            for r in conn.execute(
+                select(bi.c.position, bi.c.batch, bi.c.kind, bi.c.text, bi.c.occurred_at)
+                .where(bi.c.session_id == session_id)
+                .order_by(bi.c.position)
             ).mappings()
         ]
         out["children"] = [

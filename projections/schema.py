@@ -102,6 +102,16 @@ def _cost_columns() -> list[Column]:  # type: ignore[type-arg]
 
 def _batches(md: MetaData, sfx: str) -> list[Table]:
     return [
+        Table(  # inputs that open no batch: slash commands, background-task notifications
+            "batch_inputs" + sfx,
+            md,
+            Column("position", BigInteger, primary_key=True, autoincrement=False),
+            Column("session_id", String(36), nullable=False, index=True),
+            Column("batch", Integer, nullable=False),  # 0: before the first prompt
+            Column("kind", String(32), nullable=False),  # the prompt_kind
+            Column("text", Text),
+            Column("occurred_at", String(32)),
+        ),
         Table(
             "batch_usage" + sfx,
             md,

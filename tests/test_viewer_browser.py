@@ -632,3 +632,36 @@ def test_totals_on_the_list_and_the_session_page_and_the_agent_filter(
     assert _shown_number(session_totals, "tokens in / out") == f"{top['input_tokens']:,} / {top['output_tokens']:,}"
     assert _shown_number(session_totals, "cost") == f"${top['cost_usd']:.2f}"
     assert _shown_number(session_totals, "duration") not in ("", "–")
+
+
+def test_the_session_page_shows_slash_commands_in_their_batch(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    # /clear is no prompt (it opens no batch) but the reader sees it where it was typed
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+    from test_batch_inputs import TWO, _expected, _session_ids
+
+    from conftest import cli
+
+    expected = _expected(TWO)
+    (sid,) = _session_ids(TWO)
+    cli(settings, "import", str(TWO))
+    srv = Server(settings).start()
+    try:
+        with sync_playwright() as p:
+            browser, page = _open_page(p)
+            page.goto(f"{srv.url}/#/session/{sid}")
+            page.wait_for_selector("#batches .input")
+            shown = page.evaluate("""() => [...document.querySelectorAll('#batches .input')].map(
+                li => [li.dataset.kind, li.querySelector('code').textContent,
+                       li.closest('.batch').dataset.batch])""")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=f"{ARTIFACTS / request.node.name}.png")
+            browser.close()
+        inputs = httpx.get(f"{srv.url}/v1/sessions/{sid}").json()["inputs"]
+    finally:
+        srv.stop()
+    assert [(k, t) for k, t, _ in shown] == expected
+    assert [b for _, _, b in shown] == [str(i["batch"]) for i in inputs]

@@ -627,11 +627,23 @@ function sessionView(id) {
       if (!byBatch.has(c.batch)) byBatch.set(c.batch, []);
       byBatch.get(c.batch).push(c);
     }
+    // inputs that open no batch (slash commands, task notifications), in log order
+    const inputsOf = new Map();
+    for (const i of d.inputs || []) {
+      if (!inputsOf.has(i.batch)) inputsOf.set(i.batch, []);
+      inputsOf.get(i.batch).push(i);
+    }
+    const inputList = (batch) => {
+      const items = inputsOf.get(batch);
+      return items ? el("ul", { class: "inputs" }, ...items.map((i) => el("li", { class: "input", "data-kind": i.kind },
+        el("code", {}, i.text || ""), " ", el("span", { class: "muted" }, `${i.kind.replace("_", " ")} · ${when(i.occurred_at)}`)))) : null;
+    };
     const blocks = [];
     const sessionSummary = summaryBlock(summaries.get("session:0"));
     if (sessionSummary) blocks.push(sessionSummary);
-    if (byBatch.has(0)) {
-      blocks.push(el("div", { class: "batch", "data-batch": 0 }, el("strong", {}, "Before the first prompt"), toolTable(byBatch.get(0), spawned)));
+    if (byBatch.has(0) || inputsOf.has(0)) {
+      blocks.push(el("div", { class: "batch", "data-batch": 0 }, el("strong", {}, "Before the first prompt"),
+        inputList(0), byBatch.has(0) ? toolTable(byBatch.get(0), spawned) : null));
     }
     for (const b of d.batches) {
       const calls = byBatch.get(b.batch) || [];
@@ -640,6 +652,7 @@ function sessionView(id) {
           el("span", { class: "muted" }, `${b.prompt_kind || ""} · ${when(b.started_at)} · ${num(b.tool_call_count)} tool calls`,
             b.tool_error_count ? ` · ${b.tool_error_count} failed` : "", b.end_reason ? ` · ended: ${b.end_reason}` : "")),
         el("div", { class: "prompt" }, b.prompt || ""),
+        inputList(b.batch),
         calls.length ? toolTable(calls, spawned) : null,
         b.last_assistant_message ? lazyPre("last reply", b.last_assistant_message, "reply:" + b.batch, openKeys) : null,
         summaryBlock(summaries.get(`batch:${b.batch}`)),
