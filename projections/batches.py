@@ -4,7 +4,7 @@ A batch is one human prompt (or a subagent's task prompt) and everything until t
 agent stops (``TurnEnded``), the next prompt, or the session's end. Activity before
 the first prompt (batch 0) belongs to no batch row. Inputs that open no batch (slash
 commands such as ``/compact``, background-task notifications) are ``batch_inputs``
-rows: position, session, batch (0 before the first prompt), kind, text, time.
+rows: session, position, batch (0 before the first prompt), kind, text, time.
 
 Tokens and ``cost_usd`` (USD) per batch follow the ``sessions`` rules: per
 ``message_id`` the last ``UsageRecorded`` wins (``batch_usage`` remembers which batch
@@ -95,7 +95,7 @@ class BatchesProjection(Projection):
                 self._usage(rows, sid, row, event)
             elif prompt and event.prompt_kind not in _OPENERS:
                 inputs.append((
-                    position, sid, event.batch, event.prompt_kind, event.text, event_time(event)
+                    sid, position, event.batch, event.prompt_kind, event.text, event_time(event)
                 ))
             if event.batch < 1:
                 continue

@@ -105,8 +105,9 @@ def _batches(md: MetaData, sfx: str) -> list[Table]:
         Table(  # inputs that open no batch: slash commands, background-task notifications
             "batch_inputs" + sfx,
             md,
+            # session first: the key is also the index of a session's inputs
+            Column("session_id", String(36), primary_key=True),
             Column("position", BigInteger, primary_key=True, autoincrement=False),
-            Column("session_id", String(36), nullable=False, index=True),
             Column("batch", Integer, nullable=False),  # 0: before the first prompt
             Column("kind", String(32), nullable=False),  # the prompt_kind
             Column("text", Text),
