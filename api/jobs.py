@@ -19,6 +19,7 @@ from sqlalchemy import func, or_, select
 from ledger.jobs import JobConfig, apply_liveness_rules, decide
 from ledger.lifecycle import ENDED_STATES, SessionStatus
 from projections.base import iso
+from projections.schema import session_times
 
 INTERVAL_S = 60.0
 
@@ -48,12 +49,12 @@ def candidates(services: Any, now: datetime, config: JobConfig) -> list[tuple[st
     at least the batch threshold, and ended ones past the archive threshold."""
     t = services.models.table("sessions")
     ended = [s.value for s in ENDED_STATES]
-    last = func.coalesce(t.c.last_activity_at, t.c.last_recorded_at)
+    last = session_times(t)["last_activity_at"]  # the agent's: a summary restarts no clock
     # live and PAUSED sessions: an open batch or unattached activity may be due (a PAUSED
     # one is never timed out; the aggregate checks that)
     idle = t.c.status.not_in(ended) & (last <= iso(now - timedelta(seconds=config.idle_batch_s)))
     old_ended = t.c.status.in_([s for s in ended if s != SessionStatus.ARCHIVED.value]) & (
-        func.coalesce(t.c.ended_at, t.c.last_recorded_at)
+        func.coalesce(t.c.ended_at, last)
         <= iso(now - timedelta(seconds=config.archive_after_s))
     )
     query = select(t.c.id, t.c.head_position).where(or_(idle, old_ended)).order_by(t.c.id)

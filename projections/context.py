@@ -20,9 +20,10 @@ from collections import Counter
 from typing import Any
 
 import orjson
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from projections.runner import ReadModels
+from projections.schema import session_times
 from projections.search_query import recent_documents, search, terms
 
 MAX_CHARS = 10_000
@@ -57,12 +58,12 @@ def recent_sessions(
     """Top-level sessions in ``cwd`` (most recent activity first), except the one whose
     ledger or agent id is ``exclude``."""
     s = models.table("sessions")
-    last = func.coalesce(s.c.last_activity_at, s.c.last_recorded_at)
+    times = session_times(s)
+    last = times["last_activity_at"]
     q = (
         select(s.c.id, s.c.external_id, s.c.agent, s.c.status, s.c.model, s.c.prompt_count,
                s.c.tool_call_count, s.c.tool_error_count,
-               func.coalesce(s.c.started_at, s.c.first_recorded_at).label("started_at"),
-               last.label("last_activity_at"))
+               times["started_at"].label("started_at"), last.label("last_activity_at"))
         .where(s.c.cwd == cwd, s.c.parent_id.is_(None))
         .order_by(last.desc(), s.c.id)
         .limit(limit + 1)

@@ -34,6 +34,7 @@ from uuid import UUID
 from sqlalchemy import select
 
 from projections.runner import ReadModels
+from projections.schema import session_times
 
 PROVIDERS = {"claude-code": "anthropic", "codex": "openai", "gemini-cli": "gcp.gemini",
              "gemini": "gcp.gemini"}
@@ -48,12 +49,16 @@ def build_request(
     models: ReadModels, *, sessions: Iterable[str] = (), since: datetime | None = None
 ) -> dict[str, Any]:
     """The OTLP JSON request for the selected sessions (all when ``sessions`` is empty;
-    ``since``: sessions with activity recorded at or after it). One ``resourceSpans`` per
-    agent (``service.name`` = the agent)."""
+    ``since``: sessions with any event recorded at or after it, on the ledger's clock
+    like the event exports' ``--since``). One ``resourceSpans`` per agent
+    (``service.name`` = the agent)."""
     wanted = set(sessions)
     s, b, tc = models.table("sessions"), models.table("prompt_batches"), models.table("tool_calls")
     u, ei = models.table("session_usage"), models.table("event_index")
-    q = select(s).order_by(s.c.id)
+    times = session_times(s)  # the session's times as GET /v1/sessions gives them
+    q = select(
+        *(c for c in s.c if c.name not in times), *(t.label(name) for name, t in times.items())
+    ).order_by(s.c.id)
     if wanted:
         q = q.where(s.c.id.in_(wanted))
     if since is not None:
@@ -110,8 +115,8 @@ def _session_spans(
 ) -> list[dict[str, Any]]:
     sid, agent = row["id"], row["agent"]
     root = span_id(sid, "session")
-    start = _nanos(row["started_at"] or row["first_recorded_at"])
-    end = _nanos(row["ended_at"] or row["last_activity_at"] or row["last_recorded_at"])
+    start = _nanos(row["started_at"])
+    end = _nanos(row["ended_at"] or row["last_activity_at"])
     common = {"gen_ai.conversation.id": row["external_id"], "gen_ai.agent.name": agent,
               "gen_ai.provider.name": PROVIDERS.get(agent)}
     session = _span(sid, root, None, f"invoke_agent {agent}", INTERNAL, start, max(start, end), {

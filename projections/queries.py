@@ -14,6 +14,7 @@ import orjson
 from sqlalchemy import BigInteger, ColumnElement, Float, Table, cast, func, or_, select
 
 from projections.runner import ReadModels
+from projections.schema import session_times
 from projections.summaries import summaries_of
 
 SESSION_FIELDS = (
@@ -45,12 +46,11 @@ SESSION_FIELDS = (
 
 
 def _session_columns(t: Table) -> list[ColumnElement[object]]:
-    """SESSION_FIELDS; times fall back to the ledger's clock when the source gave none."""
-    fallback = {"started_at": t.c.first_recorded_at, "last_activity_at": t.c.last_recorded_at}
-    return [
-        func.coalesce(t.c[f], fallback[f]).label(f) if f in fallback else t.c[f]
-        for f in SESSION_FIELDS
-    ]
+    """SESSION_FIELDS; ``started_at`` and ``last_activity_at`` fall back to the ledger's
+    clock of the agent's own activity when the source gave none
+    (:func:`projections.schema.session_times`)."""
+    times = session_times(t)
+    return [times[f].label(f) if f in times else t.c[f] for f in SESSION_FIELDS]
 
 
 def list_sessions(
@@ -64,8 +64,9 @@ def list_sessions(
     """Sessions, most recent activity first (ties by id, so output is stable): one dict
     per session with the keys of :data:`SESSION_FIELDS` (four token counts,
     ``cost_usd`` / ``agent_cost_usd`` USD, times ISO-8601 UTC; ``started_at`` and
-    ``last_activity_at`` by the source's clock, else the ledger's). ``agent``: exact
-    match; ``status``: any case."""
+    ``last_activity_at`` of the agent's activity, by the source's clock, else the
+    ledger's: a summary, a job's decision or an operator's command moves neither).
+    ``agent``: exact match; ``status``: any case."""
     t = models.table("sessions")
     columns = _session_columns(t)
     last_activity = columns[SESSION_FIELDS.index("last_activity_at")]

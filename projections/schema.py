@@ -8,7 +8,19 @@ are ISO-8601 UTC strings (``2026-06-20T00:55:16.123Z``); tokens are counts;
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ColumnElement,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    func,
+)
 from sqlalchemy.types import TypeEngine
 
 TRACKING = "projection_tracking"
@@ -23,6 +35,24 @@ def tracking_table(metadata: MetaData) -> Table:
         Column("name", String(64), primary_key=True),
         Column("position", BigInteger, nullable=False),
     )
+
+
+def session_times(t: Table) -> dict[str, ColumnElement[str]]:
+    """``started_at`` and ``last_activity_at`` of a ``sessions`` row as the queries give
+    them: the source's clock (the stored columns, min and max of the events'
+    ``occurred_at``) when the session has one; else the ledger time of the agent's first
+    and latest activity (``first/last_activity_recorded_at``: never a summary, a job's
+    decision or an operator's command); else, a session with no activity of its own (a
+    fork of nothing but its first event), when it was opened (``first_recorded_at``).
+    ``last_recorded_at`` stays the ledger time of the latest event of any kind."""
+    return {
+        "started_at": func.coalesce(
+            t.c.started_at, t.c.first_activity_recorded_at, t.c.first_recorded_at
+        ),
+        "last_activity_at": func.coalesce(
+            t.c.last_activity_at, t.c.last_activity_recorded_at, t.c.first_recorded_at
+        ),
+    }
 
 
 def _sessions(md: MetaData, sfx: str) -> list[Table]:
@@ -60,6 +90,10 @@ def _sessions(md: MetaData, sfx: str) -> list[Table]:
         Column("ended_at", String(32)),
         Column("first_recorded_at", String(32), nullable=False),
         Column("last_recorded_at", String(32), nullable=False),
+        # ledger times of the agent's first and latest activity (not Opened, Reopened or
+        # the ledger's own events: ledger.lifecycle.NOT_ACTIVITY); see session_times()
+        Column("first_activity_recorded_at", String(32)),
+        Column("last_activity_recorded_at", String(32)),
         Column("head_version", Integer, nullable=False),
         Column("head_digest", String(64), nullable=False),
         Column("head_position", BigInteger, nullable=False),

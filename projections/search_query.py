@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, bindparam, func, select, text
 
+from projections.schema import session_times
 from projections.search import FTS_CONFIG, TSV_COLUMN, fts_table, pg_words
 
 KINDS = ("prompt", "tool_input", "summary", "observation")
@@ -29,6 +30,11 @@ MAX_TERMS = 32
 CANDIDATES = 200
 HALF_LIFE_DAYS = 14.0
 _WORD = re.compile(r"\w+")
+_HIT_TIME = (
+    "COALESCE(d.occurred_at, s.last_activity_at, s.last_activity_recorded_at, s.first_recorded_at)"
+)
+"""A hit's time: its own (the source's, else the ledger's), else (a summary or an
+observation) its session's last activity (:func:`projections.schema.session_times`)."""
 _MARK = ("\x02", "\x03")  # snippet highlight markers, replaced by « » after the query
 HEADLINE = f"StartSel={_MARK[0]}, StopSel={_MARK[1]}, MaxWords=30, MinWords=10, MaxFragments=1, FragmentDelimiter=…"
 
@@ -107,7 +113,7 @@ def search(
         ranked = "d.position DESC" if order == "recent" else f"bm25({fts}), d.position DESC"
         sql = (
             "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, "
-            "COALESCE(d.occurred_at, s.last_activity_at, s.last_recorded_at) AS occurred_at, d.position, "
+            f"{_HIT_TIME} AS occurred_at, d.position, "
             f"-bm25({fts}) AS relevance "
             f'FROM {fts} JOIN "{docs.name}" AS d ON d.doc_id = {fts}.rowid '
             f'LEFT JOIN "{sessions.name}" AS s ON s.id = d.session_id '
@@ -121,7 +127,7 @@ def search(
         params.update(config=FTS_CONFIG, tsq=(" | " if any_term else " & ").join(f"'{w}'" for w in words))
         sql = (
             "SELECT d.doc_id, d.session_id, s.agent, s.cwd, d.kind, d.batch, d.title, "
-            "COALESCE(d.occurred_at, s.last_activity_at, s.last_recorded_at) AS occurred_at, d.position, "
+            f"{_HIT_TIME} AS occurred_at, d.position, "
             f"ts_rank_cd(d.{TSV_COLUMN}, to_tsquery(:config, :tsq)) AS relevance "
             f'FROM "{docs.name}" AS d LEFT JOIN "{sessions.name}" AS s ON s.id = d.session_id '
             f"WHERE d.{TSV_COLUMN} @@ to_tsquery(:config, :tsq) {filters} "
@@ -205,7 +211,8 @@ def recent_documents(
     d, s = tables["search_documents"], tables["sessions"]
     q = (
         select(d.c.session_id, d.c.kind, d.c.title, d.c.body,
-               func.coalesce(d.c.occurred_at, s.c.last_activity_at, s.c.last_recorded_at).label("occurred_at"), d.c.position)
+               func.coalesce(d.c.occurred_at, session_times(s)["last_activity_at"]).label("occurred_at"),
+               d.c.position)
         .join(s, s.c.id == d.c.session_id)
         .where(s.c.cwd == cwd, d.c.kind.in_(kinds))
         .order_by(d.c.position.desc())

@@ -11,6 +11,13 @@ the model has no price; the session's ``cost_usd`` is the sum over its priced us
 with no price, so ``cost_usd`` is a lower bound when that is above 0.
 ``agent_cost_usd`` is the sum of the agent's own ``CostReported`` figures (None when
 the agent reported none), kept beside the computed cost, never mixed into it.
+
+Times: ``started_at`` / ``last_activity_at`` are the min / max of the source's clock;
+``first_activity_recorded_at`` / ``last_activity_recorded_at`` the min / max ledger time
+of the agent's activity (not the ledger's own summaries, job decisions, commands and
+forks: :data:`ledger.lifecycle.NOT_ACTIVITY`); ``first_recorded_at`` /
+``last_recorded_at`` the ledger times of the first and latest event of any kind. Queries
+read a session's times through :func:`projections.schema.session_times`.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.lifecycle import ENDED_STATES, SessionStatus
+from ledger.lifecycle import ENDED_STATES, NOT_ACTIVITY, SessionStatus
 from ledger.observation import TOKENS
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
@@ -43,15 +50,21 @@ _CASES = (
     Session.LinkedToParent,
 )
 """The classes :meth:`SessionsProjection.apply_all` has a case for."""
-_TIMES = ("started_at", "last_activity_at", "last_recorded_at")
-_SPAN = ("started_at", "last_activity_at")
-_HAS_CASE: dict[type, bool] = {}
-"""Event class -> whether it is one of :data:`_CASES` (the match is skipped when not)."""
+_SPAN = ("started_at", "last_activity_at", "first_activity_recorded_at", "last_activity_recorded_at")
+_TIMES = (*_SPAN, "last_recorded_at")
+_KIND: dict[type, tuple[bool, bool]] = {}
+"""Event class -> (whether it is one of :data:`_CASES`: the match is skipped when not;
+whether it is the agent's activity: not one of :data:`ledger.lifecycle.NOT_ACTIVITY`)."""
+
+
+def _kind(cls: type) -> tuple[bool, bool]:
+    _KIND[cls] = found = (issubclass(cls, _CASES), cls.__name__ not in NOT_ACTIVITY)
+    return found
 
 
 def _as_datetimes(row: dict[str, Any]) -> None:
-    """A stored row's ``started_at`` and ``last_activity_at`` as datetimes (they are
-    compared with each event's time while a section is applied)."""
+    """A stored row's :data:`_SPAN` times as datetimes (they are compared with each
+    event's time while a section is applied)."""
     for column in _SPAN:
         if type(value := row[column]) is str:
             row[column] = datetime.fromisoformat(value)
@@ -83,9 +96,11 @@ class SessionsProjection(Projection):
         for position, event in batch:
             sid = str(event.originator_id)
             key = (sid,)
-            # Session times follow the source's clock only (summaries and snapshots carry
-            # none); queries fall back to the ledger's clock for a session with no source
-            # time. Held as datetimes while a section is applied (see flush()).
+            # started_at / last_activity_at follow the source's clock only (summaries,
+            # jobs and commands carry none); for a session with no source time, queries
+            # fall back to the ledger times of the agent's own activity,
+            # first/last_activity_recorded_at (schema.session_times). Held as datetimes
+            # while a section is applied (see flush()).
             at = event.occurred_at
             if at is not None and at.tzinfo is None:  # naive: UTC, as iso() takes it
                 at = at.replace(tzinfo=UTC)
@@ -112,6 +127,8 @@ class SessionsProjection(Projection):
                     "last_activity_at": at,
                     "ended_at": None,
                     "first_recorded_at": iso(event.timestamp),
+                    "first_activity_recorded_at": None,  # Opened is not activity
+                    "last_activity_recorded_at": None,
                 }
                 rows.put("sessions", key, row)
             else:
@@ -136,9 +153,15 @@ class SessionsProjection(Projection):
                     row["last_activity_at"] = at
             if event.batch > row["batch_count"]:
                 row["batch_count"] = event.batch
-            has_case = _HAS_CASE.get(type(event))
-            if has_case is None:
-                has_case = _HAS_CASE[type(event)] = issubclass(type(event), _CASES)
+            has_case, activity = _KIND.get(type(event)) or _kind(type(event))
+            if activity:  # the agent's: its ledger time (a fork's copies keep theirs)
+                ts = event.timestamp
+                first = row["first_activity_recorded_at"]
+                if first is None or ts < first:
+                    row["first_activity_recorded_at"] = ts
+                last = row["last_activity_recorded_at"]
+                if last is None or ts > last:
+                    row["last_activity_recorded_at"] = ts
             if not has_case:
                 continue
             match event:
@@ -176,7 +199,8 @@ class SessionsProjection(Projection):
         """Format each changed row's times, then write the section's changes.
 
         While a section is applied, ``started_at`` and ``last_activity_at`` (the min and
-        max of the source's times) and ``last_recorded_at`` are held as datetimes: one
+        max of the source's times), ``first/last_activity_recorded_at`` (of the agent's
+        activity's ledger times) and ``last_recorded_at`` are held as datetimes: one
         ``iso`` per changed row, not per event. ``iso`` keeps the order of the times it
         formats, so the min and max are those of the formatted strings, as before."""
         held = rows.rows["sessions"]

@@ -288,10 +288,11 @@ def test_readers_cannot_write(services: Services) -> None:
 
 
 def test_the_sql_constants_agree_with_the_code() -> None:
-    from ledger.lifecycle import ENDED_STATES
+    from ledger.lifecycle import ENDED_STATES, NOT_ACTIVITY
     from projections.analytics import extract
 
     assert "(" + ", ".join(sorted(f"'{s}'" for s in ENDED_STATES)) + ")" == extract._ENDED_STATES
+    assert "(" + ", ".join(sorted(f"'{k}'" for k in NOT_ACTIVITY)) + ")" == extract._NOT_ACTIVITY
     assert extract.INSERT_PRICES.count("?") == len(extract.PRICE_COLUMNS)
     assert f"({', '.join(extract.PRICE_COLUMNS)})" in extract.INSERT_PRICES
     assert all(len(r) == len(extract.PRICE_COLUMNS)

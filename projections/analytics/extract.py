@@ -160,6 +160,12 @@ _PRICE = f"""CASE WHEN p.priced AND {_LONG} THEN (u.input_tokens * p.above_input
 
 _ENDED_STATES = "('ARCHIVED', 'COMPLETED', 'FAILED', 'TERMINATED')"
 """ledger.lifecycle.ENDED_STATES as SQL (tests/test_analytics.py checks they agree)."""
+_NOT_ACTIVITY = (
+    "('ActivitiesAttached', 'Archived', 'BatchClosed', 'CommandApplied', 'ForkedFrom', "
+    "'JobDecided', 'Opened', 'Reopened', 'Summarised', 'TimedOut')"
+)
+"""ledger.lifecycle.NOT_ACTIVITY as SQL: kinds whose ledger time is not the agent's
+activity (tests/test_analytics.py checks they agree)."""
 
 RECOMPUTE = [
     "DELETE FROM usage WHERE session_id IN (SELECT id FROM touched)",
@@ -382,6 +388,10 @@ RECOMPUTE = [
                count(*) AS event_count,
                min(occurred_at) AS started_at, max(occurred_at) AS last_activity_at,
                min(recorded_at) AS first_recorded_at, max(recorded_at) AS last_recorded_at,
+               min(recorded_at) FILTER (kind NOT IN {_NOT_ACTIVITY})
+                   AS first_activity_recorded_at,
+               max(recorded_at) FILTER (kind NOT IN {_NOT_ACTIVITY})
+                   AS last_activity_recorded_at,
                min(position) AS first_position, max(version) AS head_version,
                max(position) AS head_position
         FROM {_EV} AND stream_type = 'Session' GROUP BY stream_id

@@ -20,6 +20,9 @@ from typing import Any
 
 MAX_LIMIT = 10_000
 _TOKENS = "input_tokens + output_tokens + cache_creation_input_tokens + cache_read_input_tokens"
+_LAST_ACTIVITY = "coalesce(last_activity_at, last_activity_recorded_at, first_recorded_at)"
+"""A session's last activity as ``GET /v1/sessions`` gives it (projections.schema.session_times):
+the source's clock, else the ledger's of the agent's own activity."""
 
 
 QUERIES: dict[str, tuple[str, str, int]] = {
@@ -108,10 +111,9 @@ QUERIES: dict[str, tuple[str, str, int]] = {
                count(*) FILTER (parent_id IS NOT NULL) AS subagent_runs,
                sum(prompt_count) AS prompts, sum(tool_call_count) AS tool_calls,
                sum({_TOKENS}) AS tokens, round(sum(cost_usd), 6) AS cost_usd,
-               strftime(max(coalesce(last_activity_at, last_recorded_at)),
-                        '%Y-%m-%dT%H:%M:%S.%gZ') AS last_activity_at
+               strftime(max({_LAST_ACTIVITY}), '%Y-%m-%dT%H:%M:%S.%gZ') AS last_activity_at
         FROM sessions
-        WHERE $since IS NULL OR coalesce(last_activity_at, last_recorded_at) >= $since
+        WHERE $since IS NULL OR {_LAST_ACTIVITY} >= $since
         GROUP BY ALL
         ORDER BY sessions DESC, prompts DESC, tool_calls DESC, project
         LIMIT $limit""",

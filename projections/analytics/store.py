@@ -100,15 +100,18 @@ CREATE TABLE IF NOT EXISTS sessions (
     cost_usd DOUBLE, unpriced_tokens BIGINT, agent_cost_usd DOUBLE,
     event_count INTEGER, started_at TIMESTAMP, last_activity_at TIMESTAMP,
     ended_at TIMESTAMP, first_recorded_at TIMESTAMP, last_recorded_at TIMESTAMP,
+    -- ledger times of the agent's first and latest activity (not Opened, Reopened or the
+    -- ledger's own events): started_at / last_activity_at of a session with no source clock
+    first_activity_recorded_at TIMESTAMP, last_activity_recorded_at TIMESTAMP,
     first_position BIGINT, head_version INTEGER, head_position BIGINT
 );
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of :data:`DDL` and of the SQL in ``extract.py`` (``analytics_meta``
 ``schema_version``); a file with another version is rebuilt (:func:`open_writer`).
 1 (no ``schema_version`` row): before the lifecycle columns of ``events``; 2: before the
-long-context rates of ``model_prices``."""
+long-context rates of ``model_prices``; 3: before ``sessions.first/last_activity_recorded_at``."""
 
 READ_MODEL_TABLES = ("events", "usage", "tool_calls", "prompt_batches", "sessions")
 
