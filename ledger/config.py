@@ -81,6 +81,10 @@ class Settings:
                 # Insert through the library's stored function: its default pipelined
                 # insert never returned for a single event of ~2 MB or more (psycopg 3.3).
                 "POSTGRES_ENABLE_DB_FUNCTIONS": "y",
+                # ... under the library's table lock, which its stored-function insert
+                # does not take: without it, ids commit out of order across writers and
+                # the projections skip events (ledger.pg_recorder)
+                "APPLICATION_RECORDER_TOPIC": "ledger.pg_recorder:OrderedPostgresApplicationRecorder",
             }
             if self.database_schema:
                 env["POSTGRES_SCHEMA"] = self.database_schema
