@@ -18,6 +18,7 @@ import pytest
 
 from api.bootstrap import build
 from ledger.config import Settings
+from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import session_id
 from projections import queries
@@ -38,11 +39,16 @@ def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -
 
 
 def _lock_waiters(schema: str) -> int:
-    """Backends of this test's schema waiting for a lock."""
+    """Backends waiting for a lock on a table of this test's schema, or for a
+    transaction while running a statement that names the schema."""
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         return int(conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE %s", (f"%{schema}%",),
+            "SELECT count(DISTINCT pid) FROM ("
+            " SELECT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE NOT l.granted AND n.nspname = %s"
+            " UNION SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s"
+            ") w",
+            (schema, f"%{schema}%"),
         ).fetchone()[0])
 
 
@@ -93,3 +99,43 @@ def test_a_writer_that_commits_late_is_not_skipped_by_the_projections(settings: 
         blocker.close()
         a.close()
         b.close()
+
+
+def test_a_rebuild_swap_never_deadlocks_a_reader(settings: Settings) -> None:
+    """A reader that holds one read-model table in its transaction and then reads
+    another (the search query joins ``search_documents`` to ``sessions``; a request
+    reads several tables) while ``projections rebuild`` swaps its tables in: before, the
+    swap dropped the tables one by one and waited for the reader's while holding the
+    others, the reader waited for one the swap held, and PostgreSQL's deadlock detector
+    aborted one of them (seen as a 500 from ``/v1/search`` during a rebuild under load,
+    and as the server's catch-up failing). Now the reader gets its answer from the live
+    tables, and the rebuild swaps once the reader is done."""
+    schema = settings.database_schema
+    services = build(settings)
+    import_paths(services.ledger, [FIXTURES / "agentcmd-claude-transcripts"])
+    services.runner.catch_up()
+    sessions_before = queries.stats(services.models)["sessions"]
+    reader = psycopg.connect(PG_URL, options=f"-csearch_path={schema}")
+    errors: list[BaseException] = []
+
+    def rebuild() -> None:
+        try:
+            services.runner.rebuild()
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        reader.execute("SELECT count(*) FROM search_documents").fetchone()  # held till commit
+        swap = threading.Thread(target=rebuild)
+        swap.start()
+        _wait_for(lambda: _lock_waiters(schema) >= 1, "the rebuild to wait for the reader")
+        (seen,) = reader.execute("SELECT count(*) FROM sessions").fetchone()
+        reader.commit()
+        swap.join(60)
+        assert not swap.is_alive()
+        assert errors == []
+        assert seen == sessions_before
+        assert queries.stats(services.models)["sessions"] == sessions_before
+    finally:
+        reader.close()
+        services.close()
