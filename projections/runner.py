@@ -149,8 +149,11 @@ class ProjectionRunner:
         return {p.name: int(found.get(p.name, 0)) for p in self.projections}
 
     def status(self) -> list[ProjectionStatus]:
+        # the read models first: when the database is down, their engine says so at
+        # once, where the event store's pool retries for most of a minute
+        positions = self.positions()
         head = self.ledger.max_position()
-        return [ProjectionStatus(n, pos, head) for n, pos in self.positions().items()]
+        return [ProjectionStatus(n, pos, head) for n, pos in positions.items()]
 
     # -- catching up ----------------------------------------------------------------
 
