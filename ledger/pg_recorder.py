@@ -52,7 +52,6 @@ class OrderedPostgresApplicationRecorder(PostgresApplicationRecorder):
             id_type=Identifier(datastore.originator_id_type),
         )
 
-    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
@@ -61,6 +60,11 @@ class OrderedPostgresApplicationRecorder(PostgresApplicationRecorder):
         clashes on the version, which ``Ledger.record`` handles."""
         if not stored_events:
             return []
+        return retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)(
+            self._insert
+        )(stored_events)
+
+    def _insert(self, stored_events: Sequence[StoredEvent]) -> list[int]:
         params = (
             [e.originator_id for e in stored_events],
             [e.originator_version for e in stored_events],
