@@ -58,6 +58,8 @@ from typing import Any
 from uuid import UUID
 
 import anyio
+import eventsourcing.persistence
+import sqlalchemy.exc
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -213,9 +215,16 @@ def create_app(
     data_dir_id = services.settings.data_dir_id()
 
     async def healthz(_request: Request) -> Response:
-        status = await anyio.to_thread.run_sync(services.runner.status)
+        try:
+            status = await anyio.to_thread.run_sync(services.runner.status)
+        except DATABASE_ERRORS as e:
+            body: dict[str, Any] = {"ok": False, "error": database_unavailable(e),
+                                    "data_dir_id": data_dir_id}
+            if process is not None:
+                body["projection_process"] = process.health()
+            return JSONResponse(body, 503)
         error = background.error or hooks.pump.error or summaries.error
-        body: dict[str, Any] = {
+        body = {
             "ok": error is None,
             "head": status[0].head if status else 0,
             "projections": {s.name: {"position": s.position, "lag": s.lag} for s in status},
@@ -245,7 +254,30 @@ def create_app(
         ],
         lifespan=lifespan,
         middleware=[Middleware(TokenMiddleware, token=token)] if token else [],
+        exception_handlers=dict.fromkeys(DATABASE_ERRORS, _database_error),
     )
+
+
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    eventsourcing.persistence.OperationalError,
+    eventsourcing.persistence.InterfaceError,
+)
+"""What the stores raise when the database cannot be reached (PostgreSQL stopped or
+restarting, a connection cut; SQLite: locked past its busy timeout)."""
+
+
+def database_unavailable(e: BaseException) -> str:
+    """One line saying that the database is unavailable, and the driver's reason."""
+    reason = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return "database unavailable: " + (reason[0] if reason else type(e).__name__)
+
+
+async def _database_error(_request: Request, e: Exception) -> Response:
+    """503 ``{"error": "database unavailable: <reason>"}`` instead of a bare 500: the
+    request may succeed once the database is back (a hook client spools a 5xx)."""
+    return JSONResponse({"error": database_unavailable(e)}, 503)
 
 
 def _events(services: Services, sid: str) -> list[dict[str, Any]]:

@@ -253,12 +253,12 @@ def projections_rebuild(ctx: click.Context, names: tuple[str, ...]) -> None:
         if n not in PROJECTION_CLASSES:
             known = ", ".join(PROJECTION_CLASSES)
             raise click.BadParameter(f"unknown projection {n!r}; known: {known}")
-    from projections.runner import AnchorsLost
+    from projections.runner import AnchorsLost, SwapBusy
 
     chosen = tuple(dict.fromkeys(names)) or tuple(PROJECTION_CLASSES)
     try:
         applied = _services(ctx).runner.rebuild(*chosen)
-    except AnchorsLost as e:
+    except (AnchorsLost, SwapBusy) as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"rebuilt {', '.join(chosen)}: {applied} events applied")
 

@@ -74,15 +74,24 @@ def _child(settings: Settings, wake: Connection) -> None:
     if hasattr(os, "nice"):  # not on Windows
         os.nice(NICE)
     services = build(settings)
+    failing: str | None = None  # the error the last catch-up failed with
     try:
         while True:
             if wake.poll(POLL_S) and not os.read(wake.fileno(), 65536):
                 return  # end of file: the parent stopped us, or died
             try:
                 services.runner.catch_up()
-            except Exception:  # the parent sees the stall and catches up itself
-                log.exception("projection process: catch-up failed; retrying")
+            except Exception as e:  # the parent sees the stall and catches up itself
+                # the traceback once per distinct error: retried every POLL_S, a database
+                # that is down for a minute wrote 500 tracebacks
+                if repr(e) != failing:
+                    log.exception("projection process: catch-up failed; retrying")
+                failing = repr(e)
                 time.sleep(POLL_S)
+            else:
+                if failing is not None:
+                    log.warning("projection process: catch-up works again")
+                failing = None
     finally:
         services.close()
 
@@ -199,11 +208,14 @@ class ProjectionProcess:
         None when the parent should catch up itself (child not running, or no progress
         for ``STALL_S`` seconds)."""
         runner = self.services.runner
+        # the read models first: when the database is down their engine says so at
+        # once, where the event store's pool retries for most of a minute
+        positions = runner.positions()
         target = stop if stop is not None else self.services.ledger.max_position()
         progress_at = time.monotonic()
         seen = -1
         while True:
-            reached = min(runner.positions().values(), default=target)
+            reached = min(positions.values(), default=target)
             if reached >= target:
                 return 0
             if not self.alive():
@@ -215,3 +227,4 @@ class ProjectionProcess:
                 return None
             self._poke()
             time.sleep(WAIT_POLL_S)
+            positions = runner.positions()

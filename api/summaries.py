@@ -249,5 +249,6 @@ class SummaryThread:
                 run_summaries(self.services)
                 self.error = None
             except Exception as e:  # keep serving; /healthz reports it
-                log.exception("summary worker")
+                if repr(e) != repr(self.error):  # the traceback once per distinct error
+                    log.exception("summary worker")
                 self.error = e

@@ -78,9 +78,11 @@ class Settings:
                 "POSTGRES_USER": url.username or "postgres",
                 "POSTGRES_PASSWORD": url.password or "",
                 "POSTGRES_LOCK_TIMEOUT": "30",
-                # Insert through the library's stored function: its default pipelined
-                # insert never returned for a single event of ~2 MB or more (psycopg 3.3).
-                "POSTGRES_ENABLE_DB_FUNCTIONS": "y",
+                # Inserts under the library's table lock, in one unpipelined statement
+                # (ledger.pg_recorder): the library's pipelined insert never returned for
+                # one event of ~2 MB or more (psycopg 3.3), and its stored-function insert
+                # takes no lock (ids committed out of order: projections skipped events).
+                "APPLICATION_RECORDER_TOPIC": "ledger.pg_recorder:OrderedPostgresApplicationRecorder",
             }
             if self.database_schema:
                 env["POSTGRES_SCHEMA"] = self.database_schema

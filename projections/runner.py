@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -148,8 +149,11 @@ class ProjectionRunner:
         return {p.name: int(found.get(p.name, 0)) for p in self.projections}
 
     def status(self) -> list[ProjectionStatus]:
+        # the read models first: when the database is down, their engine says so at
+        # once, where the event store's pool retries for most of a minute
+        positions = self.positions()
         head = self.ledger.max_position()
-        return [ProjectionStatus(n, pos, head) for n, pos in self.positions().items()]
+        return [ProjectionStatus(n, pos, head) for n, pos in positions.items()]
 
     # -- catching up ----------------------------------------------------------------
 
@@ -182,6 +186,8 @@ class ProjectionRunner:
             AnchorsLost: the rebuilt ``event_index`` lacks rows of the live one (the
                 store lost or changed events since they were projected); nothing is
                 swapped, so the live anchors still show it to ``verify``.
+            SwapBusy: PostgreSQL: the live tables stayed in use through
+                :data:`SWAP_ATTEMPTS` tries at the swap (nothing swapped).
         """
         names = names or tuple(PROJECTION_CLASSES)
         md = MetaData()
@@ -204,34 +210,106 @@ class ProjectionRunner:
                     _create_companions(conn, name, REBUILD_SUFFIX)
                 conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
             applied = 0
+            busy = 0
             while True:
                 applied += _catch_up(
                     self.ledger, self.models, projections, tracking, None, None, SECTION,
                     self.read_ahead,
                 )
                 head = self.ledger.max_position()
-                with self.models.engine.begin() as conn:
-                    found = dict(
-                        conn.execute(
-                            select(tracking.c.name, tracking.c.position).where(
-                                tracking.c.name.in_(shadow_names)
-                            )
-                        ).all()
-                    )
-                    if min((found.get(n, 0) for n in shadow_names), default=0) < head:
-                        continue  # written meanwhile: catch the new tail up first
-                    if "event_index" in names:
-                        _check_anchors_kept(conn)
-                    for name in names:
-                        _drop_companions(conn, name, "")
-                        for base, t in self.models.tables[name].items():
-                            conn.execute(text(f'DROP TABLE "{t.name}"'))
-                            shadow = f"{base}{REBUILD_SUFFIX}"
-                            conn.execute(text(f'ALTER TABLE "{shadow}" RENAME TO "{t.name}"'))
-                        _rename_companions(conn, name)
-                        _set_tracking(conn, tracking, name, found[name + REBUILD_SUFFIX])
-                    conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
+                try:
+                    swapped = self._swap(names, tracking, shadow_names, head)
+                except SwapBusy:
+                    busy += 1
+                    if busy >= SWAP_ATTEMPTS:
+                        raise
+                    time.sleep(min(1.0, 0.05 * busy))
+                    continue
+                if swapped:
                     return applied
+
+    def _swap(
+        self, names: Sequence[str], tracking: Table, shadow_names: list[str], head: int
+    ) -> bool:
+        """Swap the rebuilt tables of ``names`` in for the live ones, in one transaction,
+        if they reached ``head``; False when they did not (catch up again first).
+
+        Raises:
+            SwapBusy: PostgreSQL: the live tables stayed in use (see :func:`_lock_for_swap`).
+            AnchorsLost: see :meth:`rebuild`.
+        """
+        with self.models.engine.begin() as conn:
+            _lock_for_swap(conn, [self.models.tracking, *(
+                t for name in names for t in self.models.tables[name].values()
+            )])
+            found = dict(
+                conn.execute(
+                    select(tracking.c.name, tracking.c.position).where(
+                        tracking.c.name.in_(shadow_names)
+                    )
+                ).all()
+            )
+            if min((found.get(n, 0) for n in shadow_names), default=0) < head:
+                return False  # written meanwhile: catch the new tail up first
+            if "event_index" in names:
+                _check_anchors_kept(conn)
+            for name in names:
+                _drop_companions(conn, name, "")
+                for base, t in self.models.tables[name].items():
+                    conn.execute(text(f'DROP TABLE "{t.name}"'))
+                    shadow = f"{base}{REBUILD_SUFFIX}"
+                    conn.execute(text(f'ALTER TABLE "{shadow}" RENAME TO "{t.name}"'))
+                _rename_companions(conn, name)
+                _set_tracking(conn, tracking, name, found[name + REBUILD_SUFFIX])
+            conn.execute(tracking.delete().where(tracking.c.name.in_(shadow_names)))
+            return True
+
+
+class SwapBusy(RuntimeError):
+    """The rebuilt tables could not be swapped in: the live ones stayed in use."""
+
+
+SWAP_ATTEMPTS = 100
+"""Tries at taking the live tables' locks for a swap (each waits at most half of
+PostgreSQL's ``deadlock_timeout``; 50 ms more between tries, up to 1 s)."""
+
+
+def _lock_for_swap(conn: Connection, tables: Sequence[Table]) -> None:
+    """PostgreSQL: lock every table the swap drops or writes (``ACCESS EXCLUSIVE``), in
+    one statement that waits at most half of ``deadlock_timeout``.
+
+    The swap drops one live table after another, and each ``DROP`` waits for the
+    transactions using that table while holding the tables dropped before. A reader (the
+    search query joins ``search_documents`` to ``sessions``; a request reads several
+    tables in one transaction) or the server's catch-up (it writes projection after
+    projection) that holds a later table and then asks for an earlier one closed a cycle:
+    PostgreSQL's deadlock detector then aborted one of them (a 500 to the reader, a
+    catch-up retried, or the rebuild lost). Taking all the locks first, for less time
+    than the detector waits before it looks, ends every such wait by this transaction
+    giving up (rolled back, :class:`SwapBusy`; :meth:`ProjectionRunner.rebuild` catches
+    up and tries again), never by a deadlock. SQLite: nothing (one writer at a time,
+    readers never blocked).
+
+    Raises:
+        SwapBusy: the locks were not all free in time.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    from sqlalchemy.exc import OperationalError
+
+    deadlock_ms = conn.exec_driver_sql(
+        "SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout'"
+    ).scalar()
+    conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(deadlock_ms or 1000) // 2)}")
+    names = ", ".join(f'"{t.name}"' for t in dict.fromkeys(tables))
+    try:
+        conn.exec_driver_sql(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE")
+    except OperationalError as e:  # the statement timed out (query_canceled)
+        raise SwapBusy(
+            "the read-model tables stayed in use: the rebuilt tables were not swapped in "
+            "(the live ones are unchanged); run the rebuild again"
+        ) from e
+    conn.exec_driver_sql("SET LOCAL statement_timeout TO DEFAULT")
 
 
 class AnchorsLost(RuntimeError):

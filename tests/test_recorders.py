@@ -1,7 +1,9 @@
-"""``PollingSQLiteApplicationRecorder``: ``subscribe()`` on SQLite, by polling.
+"""The ledger's recorders: ``PollingSQLiteApplicationRecorder`` (``subscribe()`` on
+SQLite, by polling) and ``OrderedPostgresApplicationRecorder`` (PostgreSQL inserts
+under the table lock, in one unpipelined statement).
 
 The library's own recorder contract (``eventsourcing.tests.persistence``) is run
-against it, plus a subscription fed by a ``Ledger`` writing in the same process.
+against both, plus a subscription fed by a ``Ledger`` writing in the same process.
 """
 
 from __future__ import annotations
@@ -9,18 +11,27 @@ from __future__ import annotations
 import json
 import sqlite3
 import tempfile
+import uuid
 from pathlib import Path
 
+import psycopg
+import pytest
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 from eventsourcing.tests import persistence
+from eventsourcing.utils import resolve_topic
 
 from api.bootstrap import build
 from ledger.app import Ledger
 from ledger.config import Settings
 from ledger.ingest import ingest_hook
+from ledger.pg_recorder import OrderedPostgresApplicationRecorder
 from ledger.recorders import PAGE_SIZE, PollingSQLiteApplicationRecorder
 from projections.queries import list_sessions
 from projections.store import SQLITE_PAGE_SIZE
+
+from conftest import _PG_SKIP, PG_URL
 
 
 class TestPollingSQLiteApplicationRecorder(persistence.ApplicationRecorderTestCase):
@@ -103,3 +114,63 @@ def test_new_stores_get_large_pages_and_existing_files_keep_theirs(tmp_path: Pat
     assert _page_size(fresh / "events.db") == PAGE_SIZE == 65536
     assert _page_size(fresh / "views.db") == SQLITE_PAGE_SIZE == 65536
     assert _page_size(old / "events.db") == _page_size(old / "views.db") == 4096
+
+
+class _PostgresRecorder:
+    """A fresh schema on the test PostgreSQL server per test, and the ledger's
+    :class:`OrderedPostgresApplicationRecorder` on it (skipped when unreachable)."""
+
+    def setUp(self) -> None:
+        if _PG_SKIP:
+            self.skipTest(_PG_SKIP)
+        self.schema = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{self.schema}"')
+        self.datastores: list[PostgresDatastore] = []
+
+    def tearDown(self) -> None:
+        for datastore in self.datastores:
+            datastore.close()
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+
+    def create_recorder(self) -> OrderedPostgresApplicationRecorder:
+        env = Settings(Path("."), database_url=PG_URL, database_schema=self.schema).event_store_env()
+        datastore = PostgresDatastore(
+            env["POSTGRES_DBNAME"], env["POSTGRES_HOST"], env["POSTGRES_PORT"],
+            env["POSTGRES_USER"], env["POSTGRES_PASSWORD"], schema=self.schema,
+            lock_timeout=int(env["POSTGRES_LOCK_TIMEOUT"]), pool_size=4,
+        )
+        self.datastores.append(datastore)
+        recorder = OrderedPostgresApplicationRecorder(datastore, events_table_name="hookledger_events")
+        recorder.create_table()
+        return recorder
+
+
+@pytest.mark.postgres
+class TestOrderedPostgresApplicationRecorder(_PostgresRecorder, persistence.ApplicationRecorderTestCase):
+    """The library's recorder contract, on the recorder ``Settings`` selects for PostgreSQL."""
+
+    test_performance = None  # timing-only tests of the base class
+    test_concurrent_throughput = None
+
+    def test_insert_subscribe(self) -> None:
+        self.optional_test_insert_subscribe()
+
+    def test_a_large_event_is_inserted(self) -> None:
+        """One event of 20 MB (the library's pipelined insert never returned from ~2 MB)."""
+        recorder = self.create_recorder()
+        state = b"x" * 20_000_000
+        (position,) = recorder.insert_events([StoredEvent(uuid.uuid4(), 1, "big", state)])
+        (found,) = recorder.select_notifications(position, 1)
+        assert found.state == state
+
+
+@pytest.mark.postgres
+class TestOrderedPostgresNonInterleaving(_PostgresRecorder, persistence.NonInterleavingNotificationIDsBaseCase):
+    """Two transactions inserting at once never interleave their ids."""
+
+
+def test_settings_select_the_ordered_postgres_recorder() -> None:
+    env = Settings(Path("."), database_url=PG_URL).event_store_env()
+    assert resolve_topic(env["APPLICATION_RECORDER_TOPIC"]) is OrderedPostgresApplicationRecorder
