@@ -757,12 +757,19 @@ _RUN_OUTCOMES = {"completed": S.COMPLETED, "failed": S.FAILED, "terminated": S.T
 _KEPT_ON_END = frozenset({S.TERMINATED, S.ARCHIVED})
 """States an operator's command (or the archive job) put the session in: the agent's own
 end (``SessionEnd``, a run's outcome) arriving later is recorded, the state is kept."""
+_KEPT_ON_SESSION_END = _KEPT_ON_END | {S.FAILED}
+"""A ``SessionEnd`` (``Ended``) keeps these too: an agent process that failed (an error
+result, a non-zero exit) still ends its session, and says no more than that it ended,
+so the failure stays the session's outcome (DESIGN.md: SessionEnd -> COMPLETED, an error
+result -> FAILED; it names no move from FAILED to COMPLETED)."""
 
 
 def _next_status(current: SessionStatus, obs: Observation) -> SessionStatus:
     """Map an observed fact onto the lifecycle (DESIGN.md); observed facts never fail."""
     kind = obs.kind
     if kind in ("Ended", "RunEnded") and current in _KEPT_ON_END:
+        return current
+    if kind == "Ended" and current in _KEPT_ON_SESSION_END:
         return current
     if kind == "Ended":
         return S.COMPLETED
