@@ -20,7 +20,7 @@ from eventsourcing.utils import get_topic
 
 from ledger.envelope import LedgerEvent, MemoryObservation, Redaction, seal, start_stream
 from ledger.lifecycle import ENDED_STATES, Liveness, SessionStatus
-from ledger.observation import TOKENS, Observation, json_hash
+from ledger.observation import TOKENS, Observation, call_hash
 
 S = SessionStatus
 
@@ -375,12 +375,26 @@ class Session(BaseAggregate[UUID]):
         self.seen_keys: set[str] = set()
         self.batch_of_key: dict[str, int] = {}
         self.ended_at: datetime | None = None
-        self.live_prompt_counts: dict[tuple[str, str], int] = {}
-        self.unpaired_calls: dict[str, tuple[str, str]] = {}
-        self.hook_call_counts: dict[str, int] = {}
-        """Hook tool-call starts per ``call:`` alias hash (:meth:`_call_alias`)."""
+        self.live_counts: dict[tuple[str, str], int] = {}
+        """Sightings by a live capture (``hook``, ``run``: :func:`_live_capture`) per alias
+        family and hash (``prompt:{hash}``, ``call:{hash}``), those another source
+        recorded first included: the n of the capture's next alias (:meth:`live_alias`)."""
+        self.unpaired_calls: dict[str, str] = {}
+        """Open calls of id-less hooks, oldest first: ``tool_use_id`` -> call hash
+        (:func:`ledger.observation.call_hash`; :meth:`_pair_tool_call`)."""
+        self.live_calls: dict[str, str] = {}
+        """``call:{hash}:{n}`` of a hook's call that has no id another source shares ->
+        its ``tool_use_id`` (:meth:`_note_call`)."""
+        self.file_calls: dict[str, str] = {}
+        """``call:{hash}:{n}`` of a call recorded from a file or stream -> its
+        ``tool_use_id``."""
+        self.file_call_n: dict[str, int] = {}
+        """Per call hash: the n of the last call recorded from a file or stream."""
         self.call_alias_of: dict[str, str] = {}
-        """``tool_use_id`` -> the ``call:{hash}:{n}`` alias of its start."""
+        """``tool_use_id`` -> the ``call:{hash}:{n}`` alias of its start (also a hook's
+        own id when its start was captured again)."""
+        self.completed_calls: set[str] = set()
+        """``tool_use_id`` of aliased calls whose completion is recorded."""
         self.derived_starts: set[str] = set()
         """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
         self.running_usage: dict[str, dict[str, int]] = {}
@@ -422,7 +436,14 @@ class Session(BaseAggregate[UUID]):
         reopened an ended session).
         """
         seen = self.seen_keys
+        live_call = obs.kind in _CALL_KINDS and _live_capture(obs.source_format) == "hook"
+        if live_call and obs.record_key is not None and obs.record_key in seen:
+            return 0  # a redelivery of this capture (same capture key)
         if obs.key in seen or (obs.alias_keys and not seen.isdisjoint(obs.alias_keys)):
+            if live_call and obs.key not in self.derived_starts:
+                # another source (a file, another capture) recorded this call first
+                self._now = recorded_at
+                return self._keep_captured_again(obs, CALL_CAPTURED_AGAIN, ())
             return self._keep_late_start(obs, recorded_at)
         alias_keys = obs.alias_keys
         data = obs.data
@@ -430,22 +451,23 @@ class Session(BaseAggregate[UUID]):
             data = self._usage_not_yet_recorded(obs)
             if data is None:
                 return 0
-        if "hook_call_hash" in obs.extra:
-            alias = self._call_alias(obs)
-            if alias is not None:
-                if alias in seen:  # a file import recorded this call already
-                    return 0
-                alias_keys = (*alias_keys, alias)
         cls = self.EVENT_CLASSES[obs.kind]
         self._now = recorded_at
         if "pair" in obs.extra:
             obs.data["tool_use_id"] = self._pair_tool_call(obs)
+        if obs.kind in _CALL_KINDS:
+            found = self._same_call(obs, live_call)
+            if found is None:
+                return 0  # a file's copy of a call a hook recorded first
+            data, more, again = found
+            if again is not None:
+                return self._keep_captured_again(obs, CALL_CAPTURED_AGAIN, again)
+            alias_keys = (*alias_keys, *more)
         hook_hash = obs.extra.get("hook_prompt_hash")
         if obs.kind == "PromptSubmitted" and hook_hash is not None:
-            n = self.live_prompt_occurrence(hook_hash, obs.source_format)
-            alias = f"prompt:{hook_hash}:{n}"
+            alias = self.live_alias("prompt", hook_hash, obs.source_format)
             if alias in self.seen_keys:  # before a Reopened: a duplicate changes nothing
-                return self._keep_prompt_captured_again(obs, alias)
+                return self._keep_captured_again(obs, PROMPT_CAPTURED_AGAIN, (alias,))
             alias_keys = (*alias_keys, alias)
         batch = self._batch_for(obs)
         historical = self._is_historical(obs, batch)
@@ -470,7 +492,7 @@ class Session(BaseAggregate[UUID]):
             batch = self.batch + 1
         status = self.status if historical else _next_status(self.status, obs)
         if obs.kind == "ToolCallCompleted":
-            appended += self._start_unseen_call(obs, status, batch)
+            appended += self._start_unseen_call(obs, data, status, batch)
         self._append(
             cls, obs, key=obs.key, status=status, batch=batch, raw=obs.raw, data=data,
             alias_keys=alias_keys,
@@ -517,21 +539,78 @@ class Session(BaseAggregate[UUID]):
         )
         return 1
 
-    def _keep_prompt_captured_again(self, obs: Observation, alias: str) -> int:
-        """A live capture's prompt (a hook's, ``hookledger run``'s) that another source
-        recorded first is no new prompt, but its capture is kept: a
-        :class:`Session.RecordObserved` (``PROMPT_CAPTURED_AGAIN``, its raw payload, the
-        alias it matched), in the batch of that prompt. It counts toward the capture's
-        occurrences (:meth:`live_prompt_occurrence`), so its next prompt of the same
-        text is matched with the next copy, not this one again. Returns 1."""
+    def _keep_captured_again(
+        self, obs: Observation, record_type: str, alias_keys: tuple[str, ...]
+    ) -> int:
+        """A live capture's fact (a hook's, ``hookledger run``'s) that another source
+        recorded first is no new fact, but its capture is kept: a
+        :class:`Session.RecordObserved` (``record_type``: :data:`PROMPT_CAPTURED_AGAIN`,
+        :data:`CALL_CAPTURED_AGAIN`), its raw payload, keyed by its own record key, with
+        the aliases it matched (``alias_keys``), in the batch of a prompt it matched,
+        else the batch it arrived in. A ``prompt:`` or ``call:`` start alias counts
+        toward the capture's occurrences (:meth:`live_alias`), so its next prompt of the
+        same text, or next call of the same tool and input, meets the next copy, not
+        this one again. Returns 1."""
+        prompt = next((k for k in alias_keys if k.startswith("prompt:")), None)
         self._append(
-            Session.RecordObserved, obs, key=obs.key, status=self.status,
-            batch=self.batch_of_key.get(alias, self.batch), raw=obs.raw,
-            data={"record_type": PROMPT_CAPTURED_AGAIN}, alias_keys=(alias,),
+            Session.RecordObserved, obs, key=obs.record_key or obs.key, status=self.status,
+            batch=self.batch_of_key.get(prompt, self.batch) if prompt else self._batch_for(obs),
+            raw=obs.raw, data={"record_type": record_type}, alias_keys=alias_keys,
         )
         return 1
 
-    def _start_unseen_call(self, obs: Observation, status: SessionStatus, batch: int) -> int:
+    def _same_call(
+        self, obs: Observation, live: bool
+    ) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...] | None] | None:
+        """Meet a tool call's start or completion with the other sources' copies of the
+        same call when the sources share no id: a hook's call without an id (Claude Code
+        2025 builds, Gemini CLI, OpenClaw without ``toolCallId``) or with one the file
+        does not hold (Cursor), and a file's or stream's call. Both sides name the n-th
+        call of the same tool and input ``call:{hash}:{n}``: a hook by counting its
+        session's hook calls (:meth:`live_alias`), a file by counting its own
+        (``extra["call_alias"]``, or the alias it stores:
+        :class:`ledger.sources.adapter_kit.CallCounter`).
+
+        Returns None when the observation is a file's copy of a call a hook recorded
+        first (nothing is appended, as for any duplicate of a file); else ``(data,
+        alias keys to add, None)``, the payload under the ``tool_use_id`` the call was
+        recorded under, or ``(data, (), aliases)`` when it is a hook's copy of a call
+        another source recorded first (:meth:`_keep_captured_again`)."""
+        data = obs.data
+        own = data.get("tool_use_id")
+        if obs.kind == "ToolCallStarted":
+            if live:
+                if not ("hook_call_hash" in obs.extra or "pair" in obs.extra):
+                    return data, (), None  # its id is the file's too: met by key
+                alias = self.live_alias("call", _hash_of(data), obs.source_format)
+                if alias in self.file_calls:
+                    return data, (), (alias, f"tool:{own}:start")
+                return data, (alias,) if "hook_call_hash" in obs.extra else (), None
+            alias = _file_alias(obs)
+            if alias is not None and alias in self.live_calls:
+                return None
+            return data, (), None
+        if live:
+            start = self.call_alias_of.get(own) if isinstance(own, str) else None
+            if start is None:
+                return data, (), None
+            recorded = self.file_calls.get(start) or self.live_calls.get(start) or own
+            if recorded in self.completed_calls:
+                return data, (), (f"{start}:end",)
+            if recorded != own:
+                data = {**data, "tool_use_id": recorded}
+            return data, (f"{start}:end",) if "hook_call_hash" in obs.extra else (), None
+        alias = _file_alias(obs)
+        recorded = self.live_calls.get(alias.removesuffix(":end")) if alias else None
+        if recorded is None:
+            return data, (), None
+        if recorded in self.completed_calls:
+            return None
+        return {**data, "tool_use_id": recorded}, (), None
+
+    def _start_unseen_call(
+        self, obs: Observation, data: dict[str, Any], status: SessionStatus, batch: int
+    ) -> int:
         """A completion whose start this stream never saw (a ``PostToolUse`` without its
         ``PreToolUse``: hooks installed while the tool ran, a ``PreToolUse`` matcher
         narrower than the ``PostToolUse`` one) is still a tool call: append its
@@ -540,10 +619,13 @@ class Session(BaseAggregate[UUID]):
         under the start's own key, so the real start arriving later adds no second start
         (:meth:`_keep_late_start` keeps its record). A 2025 hook start (no
         ``tool_use_id``, paired by tool and input) arriving after its completion is not
-        recognised as late: it is appended as a start of its own. Returns the events
-        appended."""
-        tool_use_id = obs.data.get("tool_use_id")
+        recognised as late: it is appended as a start of its own. A completion met with
+        a call another source recorded (:meth:`_same_call`) has its start. ``data``: the
+        completion's payload as recorded. Returns the events appended."""
+        tool_use_id = data.get("tool_use_id")
         if not isinstance(tool_use_id, str) or not tool_use_id:
+            return 0
+        if tool_use_id in self.call_alias_of:
             return 0
         if "pair" in obs.extra:  # 2025 hooks: started iff paired with an open start
             if tool_use_id in self.unpaired_calls:
@@ -564,30 +646,23 @@ class Session(BaseAggregate[UUID]):
         )
         return 1
 
-    def live_prompt_occurrence(self, text_hash: str, source_format: str) -> int:
-        """1-based occurrence of a prompt text among the prompts appended from the same
-        live capture (hooks, or ``hookledger run``'s command line: :func:`_live_capture`).
-        A transcript numbers its own occurrences; the n-th capture of a text by each
-        source meets the others on the alias ``prompt:{hash}:{n}``."""
-        return self.live_prompt_counts.get((_live_capture(source_format), text_hash), 0) + 1
-
-    def _call_alias(self, obs: Observation) -> str | None:
-        """The alias a file import gives this hook tool call, whose copy in the file has
-        no id (:class:`ledger.sources.adapter_kit.CallCounter`): a start's is
-        ``call:{hash of tool name and input}:{n}``, n counting this session's hook
-        starts of that hash; a completion's is its start's plus ``:end`` (None when the
-        start was not seen)."""
-        if obs.kind == "ToolCallStarted":
-            h = obs.extra["hook_call_hash"]
-            return f"call:{h}:{self.hook_call_counts.get(h, 0) + 1}"
-        start = self.call_alias_of.get(obs.data.get("tool_use_id"))  # type: ignore[arg-type]
-        return None if start is None else f"{start}:end"
+    def live_alias(self, family: str, h: str, source_format: str) -> str:
+        """The alias ``{family}:{h}:{n}`` of a live capture's next sighting (hooks, or
+        ``hookledger run``'s command line: :func:`_live_capture`) of a prompt text
+        (``prompt``) or a tool call's name and input (``call``) of hash ``h``: n counts
+        that capture's sightings of it in this session, those another source recorded
+        first included. A file numbers its own occurrences; the n-th sighting of each
+        source meets the others on that alias."""
+        n = self.live_counts.get((_live_capture(source_format), f"{family}:{h}"), 0) + 1
+        return f"{family}:{h}:{n}"
 
     # -- internals ----------------------------------------------------------------
 
     def _pair_tool_call(self, obs: Observation) -> str:
-        """Tool-call id for hook payloads that carry none (2025 builds): a Pre gets
-        ``hook-<capture>``; a Post takes the oldest open Pre of the same tool and input."""
+        """Tool-call id for hook payloads that carry none (2025 builds, Gemini CLI, OpenClaw
+        without ``toolCallId``): a Pre gets ``hook-<capture>``; a Post takes the oldest
+        open Pre of the same tool and input (``extra["pair"]``, a call hash): the id of
+        the call another source recorded when that Pre was captured again."""
         own = "hook-" + obs.key.removeprefix("hook:")
         if obs.kind == "ToolCallStarted":
             return own
@@ -675,21 +750,23 @@ class Session(BaseAggregate[UUID]):
         previous_batch = self.batch
         self.status = event.status
         self.batch = max(self.batch, event.batch)
-        if event.alias_keys and isinstance(event, Session.ToolCallStarted):
-            self._note_call_alias(event)
+        if isinstance(event, Session.ToolCallStarted | Session.ToolCallCompleted):
+            self._note_call(event)
         match event:
             case Session.PromptSubmitted():
                 if event.batch > previous_batch and opens_batch({"prompt_kind": event.prompt_kind}):
                     self.batch_open = True
                 for k in (event.event_key, *event.alias_keys):
                     self.batch_of_key[k] = event.batch
-                self._count_live_prompt(event)
+                self._count_live_aliases(event)
             case Session.RecordObserved() if event.record_type == PROMPT_CAPTURED_AGAIN:
-                self._count_live_prompt(event)
+                self._count_live_aliases(event)
+            case Session.RecordObserved() if event.record_type == CALL_CAPTURED_AGAIN:
+                self._note_call_captured_again(event)
             case Session.ToolCallStarted() if (event.record_key or "").startswith("derived:"):
                 self.derived_starts.add(event.event_key)
             case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
-                self.unpaired_calls[event.tool_use_id] = (event.tool_name, json_hash(event.tool_input))
+                self.unpaired_calls[event.tool_use_id] = call_hash(event.tool_name, event.tool_input)
             case Session.ToolCallCompleted() if event.tool_use_id in self.unpaired_calls:
                 del self.unpaired_calls[event.tool_use_id]
             case Session.UsageRecorded() if event.source_format in _RUNNING_TOTAL_SOURCES:
@@ -713,21 +790,82 @@ class Session(BaseAggregate[UUID]):
                 pass
         self.liveness.apply(self, event)
 
-    def _count_live_prompt(self, event: Session.Event) -> None:
+    def _count_live_aliases(self, event: Session.Event) -> None:
+        """Count a live capture's ``prompt:`` / ``call:`` start aliases (:meth:`live_alias`)."""
         capture = _live_capture(event.source_format)
-        h = _alias_hash(event.alias_keys) if capture else None
-        if h is not None:
-            key = (capture, h)
-            self.live_prompt_counts[key] = self.live_prompt_counts.get(key, 0) + 1
-
-    def _note_call_alias(self, event: Session.ToolCallStarted) -> None:
+        if not capture:
+            return
         for k in event.alias_keys:
-            if k.startswith("call:"):
-                self.call_alias_of[event.tool_use_id] = k
-                if event.source_format.endswith(".hook"):
-                    h = k.split(":")[1]
-                    self.hook_call_counts[h] = self.hook_call_counts.get(h, 0) + 1
-                return
+            family, _, rest = k.partition(":")
+            if family in ("prompt", "call") and not k.endswith(":end"):
+                key = (capture, f"{family}:{rest.split(':')[0]}")
+                self.live_counts[key] = self.live_counts.get(key, 0) + 1
+
+    def _note_call(self, event: Session.ToolCallStarted | Session.ToolCallCompleted) -> None:
+        """Keep what :meth:`_same_call` meets a call's copies with. A hook's start without
+        an id another source shares gets ``call:{hash}:{n}`` (stored for Cursor, else
+        derived here: the n-th such hook call); a start from a file or stream of an agent
+        whose hooks may lack ids gets the alias its file gave it (stored for Cursor,
+        else derived: n follows the file's last one and the hooks' count, which a
+        file's copies of hook calls, never appended, skipped). A completion closes it."""
+        tool_use_id = event.tool_use_id
+        live = _live_capture(event.source_format) == "hook"
+        if isinstance(event, Session.ToolCallCompleted):
+            if tool_use_id in self.call_alias_of:
+                self.completed_calls.add(tool_use_id)
+            if live and event.record_key:
+                self.seen_keys.add(event.record_key)
+            return
+        if live:
+            if event.record_key:
+                self.seen_keys.add(event.record_key)
+            stored = next((k for k in event.alias_keys if k.startswith("call:")), None)
+            if stored is None and not tool_use_id.startswith("hook-"):
+                return  # its id is the file's too
+            h = stored.split(":")[1] if stored else call_hash(event.tool_name, event.tool_input)
+            count = ("hook", f"call:{h}")
+            n = self.live_counts.get(count, 0) + 1
+            self.live_counts[count] = n
+            alias = f"call:{h}:{n}"
+            self.live_calls.setdefault(alias, tool_use_id)
+            self.call_alias_of[tool_use_id] = alias
+            return
+        if event.agent not in _IDLESS_HOOK_AGENTS:
+            return
+        stored = next((k for k in event.alias_keys if k.startswith("call:")), None)
+        if stored is not None:
+            h, n = stored.split(":")[1], int(stored.split(":")[2])
+        else:
+            h = call_hash(event.tool_name, event.tool_input)
+            n = max(self.file_call_n.get(h, 0), self.live_counts.get(("hook", f"call:{h}"), 0)) + 1
+        self.file_call_n[h] = max(self.file_call_n.get(h, 0), n)
+        alias = f"call:{h}:{n}"
+        self.file_calls.setdefault(alias, tool_use_id)
+        self.call_alias_of.setdefault(tool_use_id, alias)
+
+    def _note_call_captured_again(self, event: Session.RecordObserved) -> None:
+        """A hook's copy of a call another source recorded (:meth:`_keep_captured_again`):
+        a start counts toward the hook's calls of its tool and input and leads the hook's
+        own id (``tool:{id}:start`` among its aliases; an id-less hook's ``hook-…`` is
+        then paired with the recorded call) to the recorded call, which the hook's
+        completion then closes."""
+        start = next((k for k in event.alias_keys if k.startswith("call:")), None)
+        if start is None:
+            return
+        if start.endswith(":end"):  # the recorded call's completion: no longer open
+            start = start.removesuffix(":end")
+            recorded = self.file_calls.get(start) or self.live_calls.get(start)
+            self.unpaired_calls.pop(recorded, None)  # type: ignore[arg-type]
+            return
+        self._count_live_aliases(event)
+        mine = next((k for k in event.alias_keys if k.startswith("tool:")), None)
+        if mine is None:
+            return
+        own = mine[len("tool:") : -len(":start")]
+        self.call_alias_of[own] = start
+        recorded = self.file_calls.get(start)
+        if own.startswith("hook-") and recorded is not None:
+            self.unpaired_calls[recorded] = start.split(":")[1]  # its completion pairs with it
 
 
 def opens_batch(data: dict[str, Any]) -> bool:
@@ -738,19 +876,36 @@ def opens_batch(data: dict[str, Any]) -> bool:
 PROMPT_CAPTURED_AGAIN = "prompt captured again"
 """``record_type`` of a live capture's copy of a prompt another source recorded first."""
 
+CALL_CAPTURED_AGAIN = "tool call captured again"
+"""``record_type`` of a hook's copy of a tool call's start or completion another source
+recorded first."""
+
+_CALL_KINDS = frozenset({"ToolCallStarted", "ToolCallCompleted"})
+
+_IDLESS_HOOK_AGENTS = frozenset({"claude-code", "gemini", "openclaw", "cursor"})
+"""Agents whose hooks may give a tool call no id its files share (Claude Code 2025
+builds, Gemini CLI, OpenClaw without ``toolCallId``, Cursor): their files' calls get a
+``call:`` alias (:meth:`Session._note_call`)."""
+
+
+def _hash_of(data: dict[str, Any]) -> str:
+    return call_hash(data.get("tool_name") or "(unknown)", data.get("tool_input"))
+
+
+def _file_alias(obs: Observation) -> str | None:
+    """The ``call:{hash}:{n}`` (``:end`` for a completion) a file gave this call: stored
+    (Cursor) or only handed over (``extra["call_alias"]``)."""
+    alias = obs.extra.get("call_alias")
+    if alias is not None:
+        return alias  # type: ignore[no-any-return]
+    return next((k for k in obs.alias_keys if k.startswith("call:")), None)
+
 
 def _live_capture(source_format: str) -> str:
     """``hook`` for hook payloads, ``run`` for ``hookledger run``'s prompt, else ``""``."""
     if source_format.endswith(".hook"):
         return "hook"
     return "run" if source_format == "hookledger.run" else ""
-
-
-def _alias_hash(alias_keys: tuple[str, ...]) -> str | None:
-    for k in alias_keys:
-        if k.startswith("prompt:"):
-            return k.split(":")[1]
-    return None
 
 
 _RUN_OUTCOMES = {"completed": S.COMPLETED, "failed": S.FAILED, "terminated": S.TERMINATED}

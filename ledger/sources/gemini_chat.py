@@ -49,6 +49,7 @@ from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import (
+    CallCounter,
     LineKeys,
     PromptCounter,
     as_int,
@@ -174,6 +175,10 @@ class ChatParser:
         self.ref: SessionRef | None = None
         self.line_keys = LineKeys()
         self.prompts = PromptCounter()
+        self.calls = CallCounter()
+        """``call:{hash}:{n}`` of each tool call, handed over (``extra["call_alias"]``,
+        never stored) so a hook's copy of the call (Gemini hooks carry no call id) and
+        this file's are one call (``ledger.session.Session._same_call``)."""
         self.prompted: set[str] = set()
         self.last_prompt: str | None = None
         self.version: str | None = None
@@ -323,6 +328,8 @@ class ChatParser:
             at,
             key,
         )
+        alias = self.calls.alias(name, call.get("args"), call_id=cid)
+        started.extra["call_alias"] = alias
         status = as_str(call.get("status"))
         if status not in _DONE:
             return [started]
@@ -342,6 +349,7 @@ class ChatParser:
             call.get("timestamp") or at,
             key,
         )
+        ended.extra["call_alias"] = f"{alias}:end"
         return [started, ended]
 
     def history(self, items: list[Any], meta: Any) -> Iterator[Observation | Rejected]:
