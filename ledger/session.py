@@ -397,6 +397,10 @@ class Session(BaseAggregate[UUID]):
         """``tool_use_id`` of aliased calls whose completion is recorded."""
         self.derived_starts: set[str] = set()
         """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
+        self.late_pairs: dict[str, str] = {}
+        """Id-less hook calls whose completion came first and whose start has not
+        arrived yet, oldest first: the key of the start derived from the completion
+        (:meth:`_start_unseen_call`) -> call hash (:meth:`_late_pair`)."""
         self.running_usage: dict[str, dict[str, int]] = {}
         """Per source format of ``_RUNNING_TOTAL_SOURCES``: the tokens recorded so far."""
         self.liveness = Liveness()
@@ -454,6 +458,9 @@ class Session(BaseAggregate[UUID]):
         cls = self.EVENT_CLASSES[obs.kind]
         self._now = recorded_at
         if "pair" in obs.extra:
+            late = self._late_pair(obs)
+            if late is not None:
+                return self._append_late_start(obs, obs.record_key or obs.key, (f"{late}:late",))
             obs.data["tool_use_id"] = self._pair_tool_call(obs)
         if obs.kind in _CALL_KINDS:
             found = self._same_call(obs, live_call)
@@ -522,7 +529,8 @@ class Session(BaseAggregate[UUID]):
         (it arrived later: e.g. a remote hook's ``PreToolUse`` spooled while the server
         was down, its ``PostToolUse`` sent directly) is no new fact, but its record is
         kept: a :class:`Session.RecordObserved` with its raw payload, key
-        ``<start key>:late``. Anything else already seen appends nothing. Returns the
+        ``<start key>:late`` (an id-less hook's start, paired by tool and input:
+        :meth:`_late_pair`). Anything else already seen appends nothing. Returns the
         events appended."""
         key = f"{obs.key}:late"
         if (
@@ -533,11 +541,31 @@ class Session(BaseAggregate[UUID]):
         ):
             return 0
         self._now = recorded_at
+        return self._append_late_start(obs, key, ())
+
+    def _append_late_start(self, obs: Observation, key: str, alias_keys: tuple[str, ...]) -> int:
+        """Append the :class:`Session.RecordObserved` (:data:`LATE_START`, raw payload) of
+        a start that arrived after its completion. Returns 1."""
         self._append(
             Session.RecordObserved, obs, key=key, status=self.status, batch=self._batch_for(obs),
-            raw=obs.raw, data={"record_type": "tool call start after its completion"},
+            raw=obs.raw, data={"record_type": LATE_START}, alias_keys=alias_keys,
         )
         return 1
+
+    def _late_pair(self, obs: Observation) -> str | None:
+        """The call an id-less hook's start arriving after its completion belongs to: the
+        oldest of :attr:`late_pairs` of the same tool and input (``extra["pair"]``): its
+        derived start's key. None for any other
+        observation. Such a start is kept as a :data:`LATE_START` record, key its own
+        capture key (a redelivery appends nothing), alias ``<that key>:late``, not
+        appended as a second call. A start of a new call of the same tool and input
+        that arrives while such a completion waits for its start is taken for that
+        start: its own completion then derives its start, so the calls are still
+        counted once each."""
+        if obs.kind != "ToolCallStarted" or not self.late_pairs:
+            return None
+        pair = obs.extra["pair"]
+        return next((k for k, h in self.late_pairs.items() if h == pair), None)
 
     def _keep_captured_again(
         self, obs: Observation, record_type: str, alias_keys: tuple[str, ...]
@@ -617,11 +645,11 @@ class Session(BaseAggregate[UUID]):
         :class:`Session.ToolCallStarted` first, derived from the completion (the tool's
         input when the source gave it, no raw record, ``record_key`` ``derived:…``),
         under the start's own key, so the real start arriving later adds no second start
-        (:meth:`_keep_late_start` keeps its record). A 2025 hook start (no
-        ``tool_use_id``, paired by tool and input) arriving after its completion is not
-        recognised as late: it is appended as a start of its own. A completion met with
-        a call another source recorded (:meth:`_same_call`) has its start. ``data``: the
-        completion's payload as recorded. Returns the events appended."""
+        (:meth:`_keep_late_start` keeps its record; an id-less hook's start, a Claude
+        Code 2025 ``PreToolUse``, is recognised by tool and input: :meth:`_late_pair`).
+        A completion met with a call another source recorded (:meth:`_same_call`) has
+        its start. ``data``: the completion's payload as recorded. Returns the events
+        appended."""
         tool_use_id = data.get("tool_use_id")
         if not isinstance(tool_use_id, str) or not tool_use_id:
             return 0
@@ -763,11 +791,18 @@ class Session(BaseAggregate[UUID]):
                 self._count_live_aliases(event)
             case Session.RecordObserved() if event.record_type == CALL_CAPTURED_AGAIN:
                 self._note_call_captured_again(event)
+            case Session.RecordObserved() if event.record_type == LATE_START:
+                for k in event.alias_keys:
+                    self.late_pairs.pop(k.removesuffix(":late"), None)
             case Session.ToolCallStarted() if (event.record_key or "").startswith("derived:"):
                 self.derived_starts.add(event.event_key)
+                if event.tool_use_id.startswith("hook-"):
+                    self.late_pairs[event.event_key] = call_hash(event.tool_name, event.tool_input)
             case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
                 self.unpaired_calls[event.tool_use_id] = call_hash(event.tool_name, event.tool_input)
-            case Session.ToolCallCompleted() if event.tool_use_id in self.unpaired_calls:
+            case Session.ToolCallCompleted() if (
+                event.tool_use_id in self.unpaired_calls and _live_capture(event.source_format) == "hook"
+            ):  # a file's copy of the completion leaves the call open to the hook's
                 del self.unpaired_calls[event.tool_use_id]
             case Session.UsageRecorded() if event.source_format in _RUNNING_TOTAL_SOURCES:
                 sums = self.running_usage.setdefault(event.source_format, dict.fromkeys(TOKENS, 0))
@@ -879,6 +914,10 @@ PROMPT_CAPTURED_AGAIN = "prompt captured again"
 CALL_CAPTURED_AGAIN = "tool call captured again"
 """``record_type`` of a hook's copy of a tool call's start or completion another source
 recorded first."""
+
+LATE_START = "tool call start after its completion"
+"""``record_type`` of a tool call's start that arrived after its completion, whose start
+was derived from it (:meth:`Session._keep_late_start`, :meth:`Session._late_pair`)."""
 
 _CALL_KINDS = frozenset({"ToolCallStarted", "ToolCallCompleted"})
 

@@ -174,6 +174,7 @@ def _tool(name: str, p: dict[str, Any], obs: Any) -> Observation:
                 "error": error_text,
             },
         )
+        o.extra["tool_input"] = tool_input  # for a start never seen (Session._start_unseen_call)
     o.extra["pair"] = call_hash(tool_name, tool_input)  # the aggregate pairs Before -> After
     return o
 

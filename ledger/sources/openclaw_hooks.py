@@ -230,6 +230,7 @@ def _tool(name: str, e: dict[str, Any], obs: Any, key: str) -> Observation:
             },
             f"tool:{tid}:end" if tid else key,
         )
+        o.extra["tool_input"] = params  # for a start never seen (Session._start_unseen_call)
     if not tid:
         o.extra["pair"] = call_hash(tool_name, params)
     return o
