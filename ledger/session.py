@@ -400,7 +400,8 @@ class Session(BaseAggregate[UUID]):
         self.late_pairs: dict[str, str] = {}
         """Id-less hook calls whose completion came first and whose start has not
         arrived yet, oldest first: the key of the start derived from the completion
-        (:meth:`_start_unseen_call`) -> call hash (:meth:`_late_pair`)."""
+        (:meth:`_start_unseen_call`), or the ``call:{hash}:{n}`` of the file's call the
+        completion met (:meth:`_call_before_its_start`) -> call hash (:meth:`_late_pair`)."""
         self.running_usage: dict[str, dict[str, int]] = {}
         """Per source format of ``_RUNNING_TOTAL_SOURCES``: the tokens recorded so far."""
         self.liveness = Liveness()
@@ -554,8 +555,8 @@ class Session(BaseAggregate[UUID]):
 
     def _late_pair(self, obs: Observation) -> str | None:
         """The call an id-less hook's start arriving after its completion belongs to: the
-        oldest of :attr:`late_pairs` of the same tool and input (``extra["pair"]``): its
-        derived start's key. None for any other
+        oldest of :attr:`late_pairs` of the same tool and input (``extra["pair"]``), its
+        derived start's key or the file call's ``call:`` alias. None for any other
         observation. Such a start is kept as a :data:`LATE_START` record, key its own
         capture key (a redelivery appends nothing), alias ``<that key>:late``, not
         appended as a second call. A start of a new call of the same tool and input
@@ -621,7 +622,7 @@ class Session(BaseAggregate[UUID]):
         if live:
             start = self.call_alias_of.get(own) if isinstance(own, str) else None
             if start is None:
-                return data, (), None
+                return self._call_before_its_start(obs, data)
             recorded = self.file_calls.get(start) or self.live_calls.get(start) or own
             if recorded in self.completed_calls:
                 return data, (), (f"{start}:end",)
@@ -635,6 +636,29 @@ class Session(BaseAggregate[UUID]):
         if recorded in self.completed_calls:
             return None
         return {**data, "tool_use_id": recorded}, (), None
+
+    def _call_before_its_start(
+        self, obs: Observation, data: dict[str, Any]
+    ) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...] | None]:
+        """An id-less hook's completion (``extra["pair"]``) whose start the hooks have not
+        delivered (none is open), in :meth:`_same_call`'s terms. When a file recorded
+        the hooks' next call of that tool and input (``call:{hash}:{n}``), the completion
+        is that call's: recorded under the file's ``tool_use_id``, or kept as
+        :data:`CALL_CAPTURED_AGAIN` when the file has its completion, with the aliases
+        ``call:{hash}:{n}`` and ``…:end``: it stands for the hooks' start too (it counts
+        toward their n) and the start arriving later is its :data:`LATE_START`
+        (:meth:`_late_pair`). Otherwise nothing meets it (its start is derived:
+        :meth:`_start_unseen_call`)."""
+        if "pair" not in obs.extra:
+            return data, (), None
+        alias = self.live_alias("call", obs.extra["pair"], obs.source_format)
+        recorded = self.file_calls.get(alias)
+        if recorded is None:
+            return data, (), None
+        met = (alias, f"{alias}:end")
+        if recorded in self.completed_calls:
+            return data, (), met
+        return {**data, "tool_use_id": recorded}, met, None
 
     def _start_unseen_call(
         self, obs: Observation, data: dict[str, Any], status: SessionStatus, batch: int
@@ -842,14 +866,17 @@ class Session(BaseAggregate[UUID]):
         derived here: the n-th such hook call); a start from a file or stream of an agent
         whose hooks may lack ids gets the alias its file gave it (stored for Cursor,
         else derived: n follows the file's last one and the hooks' count, which a
-        file's copies of hook calls, never appended, skipped). A completion closes it."""
+        file's copies of hook calls, never appended, skipped). A completion closes it
+        (one that stands for the hooks' start too: :meth:`_await_late_start`)."""
         tool_use_id = event.tool_use_id
         live = _live_capture(event.source_format) == "hook"
         if isinstance(event, Session.ToolCallCompleted):
             if tool_use_id in self.call_alias_of:
                 self.completed_calls.add(tool_use_id)
-            if live and event.record_key:
-                self.seen_keys.add(event.record_key)
+            if live:
+                if event.record_key:
+                    self.seen_keys.add(event.record_key)
+                self._await_late_start(event)
             return
         if live:
             if event.record_key:
@@ -878,6 +905,18 @@ class Session(BaseAggregate[UUID]):
         self.file_calls.setdefault(alias, tool_use_id)
         self.call_alias_of.setdefault(tool_use_id, alias)
 
+    def _await_late_start(self, event: Session.Event) -> bool:
+        """A hook's completion that met a file's call before the hooks delivered its start
+        (:meth:`_call_before_its_start`: aliases ``call:{hash}:{n}`` and ``…:end``)
+        counts as the hooks' n-th call of that tool and input, and waits for its start
+        (:meth:`_late_pair`). Returns whether the event was one."""
+        start = next((k for k in event.alias_keys if k.startswith("call:") and not k.endswith(":end")), None)
+        if start is None or f"{start}:end" not in event.alias_keys:
+            return False
+        self._count_live_aliases(event)
+        self.late_pairs[start] = start.split(":")[1]
+        return True
+
     def _note_call_captured_again(self, event: Session.RecordObserved) -> None:
         """A hook's copy of a call another source recorded (:meth:`_keep_captured_again`):
         a start counts toward the hook's calls of its tool and input and leads the hook's
@@ -891,6 +930,8 @@ class Session(BaseAggregate[UUID]):
             start = start.removesuffix(":end")
             recorded = self.file_calls.get(start) or self.live_calls.get(start)
             self.unpaired_calls.pop(recorded, None)  # type: ignore[arg-type]
+            return
+        if self._await_late_start(event):
             return
         self._count_live_aliases(event)
         mine = next((k for k in event.alias_keys if k.startswith("tool:")), None)

@@ -353,3 +353,84 @@ def test_an_import_arriving_anywhere_among_the_hooks_counts_each_call_once(
     cursor, gemini = (json.loads(next(iter(seen[a]))) for a in ("cursor", "gemini"))
     assert (cursor["tool_call_count"], cursor["prompt_count"]) == (1, 2)
     assert (gemini["tool_call_count"], gemini["prompt_count"]) == (len(calls), 1)
+
+
+# -- a hook's completion before its start, the file imported first ---------------------
+
+
+def _events_of(services: Services, agent: str, external_id: str) -> list[Any]:
+    return list(services.ledger.repository.event_store.get(SessionRef(agent, external_id).id))
+
+
+def _posts_first(hooks: list[dict[str, Any]], pre: str, post: str) -> list[dict[str, Any]]:
+    """``hooks`` with each completion moved before its start (a spooled start delivered
+    after its completion, or a replay of hook logs in name order)."""
+    out = list(hooks)
+    for i in range(len(out) - 1):
+        if out[i]["hook_event_name"] == pre and out[i + 1]["hook_event_name"] == post:
+            out[i], out[i + 1] = out[i + 1], out[i]
+    return out
+
+
+def test_a_hook_completion_before_its_start_meets_the_file_imported_first(
+    services: Services, tmp_path: Path
+) -> None:
+    """An id-less hook's completion that arrives before its start (no start open) and a
+    file that recorded the call first: the completion is the file's call's (kept as a
+    record, or its completion when the file has none), its start arriving later is the
+    late start of that call. Each call once, whatever the order of file, starts and
+    completions: before, a start after its completion was a second call, and so was a
+    completion with no open start when the file came first (completions first: Gemini 5
+    calls for 3, the attio 2025 session 74 for 37, file first or last).
+
+    Gemini: the real chat file and hooks of its calls (built by hand, above). Claude
+    Code 2025: the real ``PreToolUse`` payloads of attio session 8664c04e and its
+    transcript; the logger kept no ``PostToolUse`` of that session, so each is built
+    from its ``PreToolUse`` (same tool and input, documented shape)."""
+    sid, calls, gemini = _gemini_hooks()
+    doc = json.loads(CHAT.read_text())
+    claude_sid = "8664c04e-75fa-497d-ac11-57d69997e3ec"
+    transcript = ATTIO / "chat.json"
+    pres = [p for p in json.loads((ATTIO / "pre_tool_use.json").read_text()) if p["session_id"] == claude_sid]
+    claude: list[dict[str, Any]] = []
+    for p in pres:
+        claude += [p, {**p, "hook_event_name": "PostToolUse", "tool_response": "ok"}]
+    cases = (
+        ("gemini", sid, gemini, ("BeforeTool", "AfterTool"), len(calls)),
+        ("claude-code", claude_sid, claude, ("PreToolUse", "PostToolUse"), len(pres)),
+    )
+    for agent, external, hooks, (pre, post), want in cases:
+        seen = set()
+        for order in ("starts-first", "completions-first"):
+            ordered = hooks if order == "starts-first" else _posts_first(hooks, pre, post)
+            for file_first in (True, False):
+                name = f"{external}-{order}-{file_first}"
+                if agent == "gemini":
+                    path = tmp_path / f"{name}.json"
+                    path.write_text(json.dumps({**doc, "sessionId": name}))
+                else:
+                    path = tmp_path / f"{name}.jsonl"
+                    path.write_text(transcript.read_text().replace(claude_sid, name))
+                mine = [{**h, "session_id": name} for h in ordered]
+                if file_first:
+                    import_paths(services.ledger, [path])
+                for i, h in enumerate(mine):
+                    ingest_hook(services.ledger, agent, json.dumps(h).encode(), f"{name}-{i}", AT)
+                if not file_first:
+                    import_paths(services.ledger, [path])
+                for i, h in enumerate(mine):  # a redelivery appends nothing
+                    out = ingest_hook(services.ledger, agent, json.dumps(h).encode(), f"{name}-{i}", AT)
+                    assert out.result is not None and out.result.appended == 0
+                services.runner.catch_up()
+                detail = queries.get_session(services.models, str(SessionRef(agent, name).id))
+                assert detail is not None
+                facts = _facts(detail)
+                del facts["external_id"]
+                assert facts["tool_call_count"] == want, (agent, order, file_first)
+                seen.add(json.dumps(facts, sort_keys=True))
+                kept = _kept_hook_records(
+                    _events_of(services, agent, name), {pre, post}, "hook_event_name"
+                )
+                assert kept == sorted(h["hook_event_name"] for h in hooks if h["hook_event_name"] in (pre, post))
+        assert len(seen) == 1, agent
+
