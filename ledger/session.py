@@ -478,6 +478,8 @@ class Session(BaseAggregate[UUID]):
                 return self._keep_captured_again(obs, PROMPT_CAPTURED_AGAIN, (alias,))
             alias_keys = (*alias_keys, alias)
         batch = self._batch_for(obs)
+        if obs.kind == "ToolCallCompleted":
+            batch = self._call_batch(data, live_call, batch)
         historical = self._is_historical(obs, batch)
         appended = 0
         if obs.kind in _ACTIVITY and self.status in ENDED_STATES and not historical:
@@ -659,6 +661,16 @@ class Session(BaseAggregate[UUID]):
         if recorded in self.completed_calls:
             return data, (), met
         return {**data, "tool_use_id": recorded}, met, None
+
+    def _call_batch(self, data: dict[str, Any], live: bool, batch: int) -> int:
+        """The batch of a completion of a call another source recorded (a hook's of a
+        file's call, a file's of a hook's: :meth:`_same_call`): its start's, not the one
+        the completion arrived in (a hook's ``postToolUse`` replayed after a transcript
+        that holds later prompts, say). Else ``batch``."""
+        start = self.call_alias_of.get(data.get("tool_use_id"))  # type: ignore[arg-type]
+        if start is None or (start in self.file_calls) != live:
+            return batch
+        return self.batch_of_key.get(start, batch)
 
     def _start_unseen_call(
         self, obs: Observation, data: dict[str, Any], status: SessionStatus, batch: int
@@ -890,6 +902,7 @@ class Session(BaseAggregate[UUID]):
             self.live_counts[count] = n
             alias = f"call:{h}:{n}"
             self.live_calls.setdefault(alias, tool_use_id)
+            self.batch_of_key[alias] = event.batch
             self.call_alias_of[tool_use_id] = alias
             return
         if event.agent not in _IDLESS_HOOK_AGENTS:
@@ -903,6 +916,7 @@ class Session(BaseAggregate[UUID]):
         self.file_call_n[h] = max(self.file_call_n.get(h, 0), n)
         alias = f"call:{h}:{n}"
         self.file_calls.setdefault(alias, tool_use_id)
+        self.batch_of_key.setdefault(alias, event.batch)
         self.call_alias_of.setdefault(tool_use_id, alias)
 
     def _await_late_start(self, event: Session.Event) -> bool:

@@ -152,7 +152,9 @@ def test_2025_hooks_and_their_transcript_in_one_store_count_each_call_once(
     payloads, _ = _ordered_payloads()
     alone = Settings(tmp_path / "transcript-alone")
     cli(alone, "import", str(LOGS / "chat.json"))
-    want = _shape(json.loads(cli(alone, "show", SESSION, "--json").stdout))
+    shown = json.loads(cli(alone, "show", SESSION, "--json").stdout)
+    want = _shape(shown)
+    want_batches = [(b["batch"], b["tool_call_count"], b["tool_error_count"]) for b in shown["batches"]]
     want_status = Counter(
         (c["tool_name"], json.dumps(c["tool_input"], sort_keys=True), c["status"])
         for c in json.loads(cli(alone, "show", SESSION, "--json").stdout)["tool_calls"]
@@ -169,6 +171,9 @@ def test_2025_hooks_and_their_transcript_in_one_store_count_each_call_once(
     assert detail["tool_call_count"] == 30 == len(detail["tool_calls"])
     assert _shape(detail)["tool_calls"] == want["tool_calls"]
     assert _shape(detail)["prompts"] == want["prompts"]
+    # a completion from the other source is in its call's batch: hooks first, the 6
+    # failed results of batch 1 were counted in batch 2, where the import arrived
+    assert [(b["batch"], b["tool_call_count"], b["tool_error_count"]) for b in detail["batches"]] == want_batches
     # each call has its outcome from the transcript (the hooks logged no PostToolUse)
     assert Counter(
         (c["tool_name"], json.dumps(c["tool_input"], sort_keys=True), c["status"])

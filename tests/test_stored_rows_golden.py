@@ -37,7 +37,14 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "7280ec6ec8684451ad059f26f97f5ce88708a8ba1c75ba6509b90b5906f1963f"
+EXPECTED_SHA256 = "1243616c4ce02c85cf095cea9ac82064104c6449f0a1290a46e7403bb6d37d62"
+# Re-derived on 2026-11-25, later (merge-pairing): a completion of a call another source
+# recorded is stored in its start's batch (Session._call_batch), not the batch current
+# when it arrived. The same 7,377 rows; 30 differ in content (``batch`` only), 176 more
+# in their digest only, all in the attio session 8664c04e: its transcript's tool results
+# complete the calls its 2025 hooks recorded (ingested here before any of its prompts,
+# so in batch 0), and were stored in batch 3, the batch current at the import. Every
+# other stream is byte for byte the same.
 # Re-derived on 2026-11-25 (merge-pairing: fix-pairing brought into fix-aliases): the
 # same 7,377 rows; 221 differ in content, 14 more in their digest only, all in the two
 # attio sessions 4111cd2e and 6706089d, whose 2025 PreToolUse payloads (no tool_use_id)
