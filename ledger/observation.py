@@ -141,3 +141,10 @@ def json_hash(value: Any) -> str:
         data = repr(value).encode()
     return hashlib.sha256(data).hexdigest()[:16]
 
+
+
+def call_hash(tool_name: str, tool_input: Any) -> str:
+    """Hash of a tool call's name and input (:func:`json_hash` of ``[name, input]``): what
+    meets the copies of one call that share no id (a hook's Pre and Post; a hook's copy
+    and a file's: ``call:{hash}:{n}``, :meth:`ledger.session.Session.live_alias`)."""
+    return json_hash([tool_name, tool_input])

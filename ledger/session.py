@@ -20,7 +20,7 @@ from eventsourcing.utils import get_topic
 
 from ledger.envelope import LedgerEvent, MemoryObservation, Redaction, seal, start_stream
 from ledger.lifecycle import ENDED_STATES, Liveness, SessionStatus
-from ledger.observation import TOKENS, Observation, json_hash
+from ledger.observation import TOKENS, Observation, call_hash
 
 S = SessionStatus
 
@@ -376,14 +376,33 @@ class Session(BaseAggregate[UUID]):
         self.seen_keys: set[str] = set()
         self.batch_of_key: dict[str, int] = {}
         self.ended_at: datetime | None = None
-        self.live_prompt_counts: dict[tuple[str, str], int] = {}
-        self.unpaired_calls: dict[str, tuple[str, str]] = {}
-        self.hook_call_counts: dict[str, int] = {}
-        """Hook tool-call starts per ``call:`` alias hash (:meth:`_call_alias`)."""
+        self.live_counts: dict[tuple[str, str], int] = {}
+        """Sightings by a live capture (``hook``, ``run``: :func:`_live_capture`) per alias
+        family and hash (``prompt:{hash}``, ``call:{hash}``), those another source
+        recorded first included: the n of the capture's next alias (:meth:`live_alias`)."""
+        self.unpaired_calls: dict[str, str] = {}
+        """Open calls of id-less hooks, oldest first: ``tool_use_id`` -> call hash
+        (:func:`ledger.observation.call_hash`; :meth:`_pair_tool_call`)."""
+        self.live_calls: dict[str, str] = {}
+        """``call:{hash}:{n}`` of a hook's call that has no id another source shares ->
+        its ``tool_use_id`` (:meth:`_note_call`)."""
+        self.file_calls: dict[str, str] = {}
+        """``call:{hash}:{n}`` of a call recorded from a file or stream -> its
+        ``tool_use_id``."""
+        self.file_call_n: dict[str, int] = {}
+        """Per call hash: the n of the last call recorded from a file or stream."""
         self.call_alias_of: dict[str, str] = {}
-        """``tool_use_id`` -> the ``call:{hash}:{n}`` alias of its start."""
+        """``tool_use_id`` -> the ``call:{hash}:{n}`` alias of its start (also a hook's
+        own id when its start was captured again)."""
+        self.completed_calls: set[str] = set()
+        """``tool_use_id`` of aliased calls whose completion is recorded."""
         self.derived_starts: set[str] = set()
         """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
+        self.late_pairs: dict[str, str] = {}
+        """Id-less hook calls whose completion came first and whose start has not
+        arrived yet, oldest first: the key of the start derived from the completion
+        (:meth:`_start_unseen_call`), or the ``call:{hash}:{n}`` of the file's call the
+        completion met (:meth:`_call_before_its_start`) -> call hash (:meth:`_late_pair`)."""
         self.running_usage: dict[str, dict[str, int]] = {}
         """Per source format of ``_RUNNING_TOTAL_SOURCES``: the tokens recorded so far."""
         self.liveness = Liveness()
@@ -423,7 +442,14 @@ class Session(BaseAggregate[UUID]):
         reopened an ended session).
         """
         seen = self.seen_keys
+        live_call = obs.kind in _CALL_KINDS and _live_capture(obs.source_format) == "hook"
+        if live_call and obs.record_key is not None and obs.record_key in seen:
+            return 0  # a redelivery of this capture (same capture key)
         if obs.key in seen or (obs.alias_keys and not seen.isdisjoint(obs.alias_keys)):
+            if live_call and obs.key not in self.derived_starts:
+                # another source (a file, another capture) recorded this call first
+                self._now = recorded_at
+                return self._keep_captured_again(obs, CALL_CAPTURED_AGAIN, ())
             return self._keep_late_start(obs, recorded_at)
         alias_keys = obs.alias_keys
         data = obs.data
@@ -431,24 +457,30 @@ class Session(BaseAggregate[UUID]):
             data = self._usage_not_yet_recorded(obs)
             if data is None:
                 return 0
-        if "hook_call_hash" in obs.extra:
-            alias = self._call_alias(obs)
-            if alias is not None:
-                if alias in seen:  # a file import recorded this call already
-                    return 0
-                alias_keys = (*alias_keys, alias)
         cls = self.EVENT_CLASSES[obs.kind]
         self._now = recorded_at
         if "pair" in obs.extra:
+            late = self._late_pair(obs)
+            if late is not None:
+                return self._append_late_start(obs, obs.record_key or obs.key, (f"{late}:late",))
             obs.data["tool_use_id"] = self._pair_tool_call(obs)
+        if obs.kind in _CALL_KINDS:
+            found = self._same_call(obs, live_call)
+            if found is None:
+                return 0  # a file's copy of a call a hook recorded first
+            data, more, again = found
+            if again is not None:
+                return self._keep_captured_again(obs, CALL_CAPTURED_AGAIN, again)
+            alias_keys = (*alias_keys, *more)
         hook_hash = obs.extra.get("hook_prompt_hash")
         if obs.kind == "PromptSubmitted" and hook_hash is not None:
-            n = self.live_prompt_occurrence(hook_hash, obs.source_format)
-            alias = f"prompt:{hook_hash}:{n}"
+            alias = self.live_alias("prompt", hook_hash, obs.source_format)
             if alias in self.seen_keys:  # before a Reopened: a duplicate changes nothing
-                return self._keep_prompt_captured_again(obs, alias)
+                return self._keep_captured_again(obs, PROMPT_CAPTURED_AGAIN, (alias,))
             alias_keys = (*alias_keys, alias)
         batch = self._batch_for(obs)
+        if obs.kind == "ToolCallCompleted":
+            batch = self._call_batch(data, live_call, batch)
         historical = self._is_historical(obs, batch)
         appended = 0
         if obs.kind in _ACTIVITY and self.status in ENDED_STATES and not historical:
@@ -471,7 +503,7 @@ class Session(BaseAggregate[UUID]):
             batch = self.batch + 1
         status = self.status if historical else _next_status(self.status, obs)
         if obs.kind == "ToolCallCompleted":
-            appended += self._start_unseen_call(obs, status, batch)
+            appended += self._start_unseen_call(obs, data, status, batch)
         self._append(
             cls, obs, key=obs.key, status=status, batch=batch, raw=obs.raw, data=data,
             alias_keys=alias_keys,
@@ -501,7 +533,8 @@ class Session(BaseAggregate[UUID]):
         (it arrived later: e.g. a remote hook's ``PreToolUse`` spooled while the server
         was down, its ``PostToolUse`` sent directly) is no new fact, but its record is
         kept: a :class:`Session.RecordObserved` with its raw payload, key
-        ``<start key>:late``. Anything else already seen appends nothing. Returns the
+        ``<start key>:late`` (an id-less hook's start, paired by tool and input:
+        :meth:`_late_pair`). Anything else already seen appends nothing. Returns the
         events appended."""
         key = f"{obs.key}:late"
         if (
@@ -512,39 +545,152 @@ class Session(BaseAggregate[UUID]):
         ):
             return 0
         self._now = recorded_at
+        return self._append_late_start(obs, key, ())
+
+    def _append_late_start(self, obs: Observation, key: str, alias_keys: tuple[str, ...]) -> int:
+        """Append the :class:`Session.RecordObserved` (:data:`LATE_START`, raw payload) of
+        a start that arrived after its completion. Returns 1."""
         self._append(
             Session.RecordObserved, obs, key=key, status=self.status, batch=self._batch_for(obs),
-            raw=obs.raw, data={"record_type": "tool call start after its completion"},
+            raw=obs.raw, data={"record_type": LATE_START}, alias_keys=alias_keys,
         )
         return 1
 
-    def _keep_prompt_captured_again(self, obs: Observation, alias: str) -> int:
-        """A live capture's prompt (a hook's, ``hookledger run``'s) that another source
-        recorded first is no new prompt, but its capture is kept: a
-        :class:`Session.RecordObserved` (``PROMPT_CAPTURED_AGAIN``, its raw payload, the
-        alias it matched), in the batch of that prompt. It counts toward the capture's
-        occurrences (:meth:`live_prompt_occurrence`), so its next prompt of the same
-        text is matched with the next copy, not this one again. Returns 1."""
+    def _late_pair(self, obs: Observation) -> str | None:
+        """The call an id-less hook's start arriving after its completion belongs to: the
+        oldest of :attr:`late_pairs` of the same tool and input (``extra["pair"]``), its
+        derived start's key or the file call's ``call:`` alias. None for any other
+        observation. Such a start is kept as a :data:`LATE_START` record, key its own
+        capture key (a redelivery appends nothing), alias ``<that key>:late``, not
+        appended as a second call. A start of a new call of the same tool and input
+        that arrives while such a completion waits for its start is taken for that
+        start: its own completion then derives its start, so the calls are still
+        counted once each."""
+        if obs.kind != "ToolCallStarted" or not self.late_pairs:
+            return None
+        pair = obs.extra["pair"]
+        return next((k for k, h in self.late_pairs.items() if h == pair), None)
+
+    def _keep_captured_again(
+        self, obs: Observation, record_type: str, alias_keys: tuple[str, ...]
+    ) -> int:
+        """A live capture's fact (a hook's, ``hookledger run``'s) that another source
+        recorded first is no new fact, but its capture is kept: a
+        :class:`Session.RecordObserved` (``record_type``: :data:`PROMPT_CAPTURED_AGAIN`,
+        :data:`CALL_CAPTURED_AGAIN`), its raw payload, keyed by its own record key, with
+        the aliases it matched (``alias_keys``), in the batch of a prompt it matched,
+        else the batch it arrived in. A ``prompt:`` or ``call:`` start alias counts
+        toward the capture's occurrences (:meth:`live_alias`), so its next prompt of the
+        same text, or next call of the same tool and input, meets the next copy, not
+        this one again. Returns 1."""
+        prompt = next((k for k in alias_keys if k.startswith("prompt:")), None)
         self._append(
-            Session.RecordObserved, obs, key=obs.key, status=self.status,
-            batch=self.batch_of_key.get(alias, self.batch), raw=obs.raw,
-            data={"record_type": PROMPT_CAPTURED_AGAIN}, alias_keys=(alias,),
+            Session.RecordObserved, obs, key=obs.record_key or obs.key, status=self.status,
+            batch=self.batch_of_key.get(prompt, self.batch) if prompt else self._batch_for(obs),
+            raw=obs.raw, data={"record_type": record_type}, alias_keys=alias_keys,
         )
         return 1
 
-    def _start_unseen_call(self, obs: Observation, status: SessionStatus, batch: int) -> int:
+    def _same_call(
+        self, obs: Observation, live: bool
+    ) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...] | None] | None:
+        """Meet a tool call's start or completion with the other sources' copies of the
+        same call when the sources share no id: a hook's call without an id (Claude Code
+        2025 builds, Gemini CLI, OpenClaw without ``toolCallId``) or with one the file
+        does not hold (Cursor), and a file's or stream's call. Both sides name the n-th
+        call of the same tool and input ``call:{hash}:{n}``: a hook by counting its
+        session's hook calls (:meth:`live_alias`), a file by counting its own
+        (``extra["call_alias"]``, or the alias it stores:
+        :class:`ledger.sources.adapter_kit.CallCounter`).
+
+        Returns None when the observation is a file's copy of a call a hook recorded
+        first (nothing is appended, as for any duplicate of a file); else ``(data,
+        alias keys to add, None)``, the payload under the ``tool_use_id`` the call was
+        recorded under, or ``(data, (), aliases)`` when it is a hook's copy of a call
+        another source recorded first (:meth:`_keep_captured_again`)."""
+        data = obs.data
+        own = data.get("tool_use_id")
+        if obs.kind == "ToolCallStarted":
+            if live:
+                if not ("hook_call_hash" in obs.extra or "pair" in obs.extra):
+                    return data, (), None  # its id is the file's too: met by key
+                alias = self.live_alias("call", _hash_of(data), obs.source_format)
+                if alias in self.file_calls:
+                    return data, (), (alias, f"tool:{own}:start")
+                return data, (alias,) if "hook_call_hash" in obs.extra else (), None
+            alias = _file_alias(obs)
+            if alias is not None and alias in self.live_calls:
+                return None
+            return data, (), None
+        if live:
+            start = self.call_alias_of.get(own) if isinstance(own, str) else None
+            if start is None:
+                return self._call_before_its_start(obs, data)
+            recorded = self.file_calls.get(start) or self.live_calls.get(start) or own
+            if recorded in self.completed_calls:
+                return data, (), (f"{start}:end",)
+            if recorded != own:
+                data = {**data, "tool_use_id": recorded}
+            return data, (f"{start}:end",) if "hook_call_hash" in obs.extra else (), None
+        alias = _file_alias(obs)
+        recorded = self.live_calls.get(alias.removesuffix(":end")) if alias else None
+        if recorded is None:
+            return data, (), None
+        if recorded in self.completed_calls:
+            return None
+        return {**data, "tool_use_id": recorded}, (), None
+
+    def _call_before_its_start(
+        self, obs: Observation, data: dict[str, Any]
+    ) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...] | None]:
+        """An id-less hook's completion (``extra["pair"]``) whose start the hooks have not
+        delivered (none is open), in :meth:`_same_call`'s terms. When a file recorded
+        the hooks' next call of that tool and input (``call:{hash}:{n}``), the completion
+        is that call's: recorded under the file's ``tool_use_id``, or kept as
+        :data:`CALL_CAPTURED_AGAIN` when the file has its completion, with the aliases
+        ``call:{hash}:{n}`` and ``…:end``: it stands for the hooks' start too (it counts
+        toward their n) and the start arriving later is its :data:`LATE_START`
+        (:meth:`_late_pair`). Otherwise nothing meets it (its start is derived:
+        :meth:`_start_unseen_call`)."""
+        if "pair" not in obs.extra:
+            return data, (), None
+        alias = self.live_alias("call", obs.extra["pair"], obs.source_format)
+        recorded = self.file_calls.get(alias)
+        if recorded is None:
+            return data, (), None
+        met = (alias, f"{alias}:end")
+        if recorded in self.completed_calls:
+            return data, (), met
+        return {**data, "tool_use_id": recorded}, met, None
+
+    def _call_batch(self, data: dict[str, Any], live: bool, batch: int) -> int:
+        """The batch of a completion of a call another source recorded (a hook's of a
+        file's call, a file's of a hook's: :meth:`_same_call`): its start's, not the one
+        the completion arrived in (a hook's ``postToolUse`` replayed after a transcript
+        that holds later prompts, say). Else ``batch``."""
+        start = self.call_alias_of.get(data.get("tool_use_id"))  # type: ignore[arg-type]
+        if start is None or (start in self.file_calls) != live:
+            return batch
+        return self.batch_of_key.get(start, batch)
+
+    def _start_unseen_call(
+        self, obs: Observation, data: dict[str, Any], status: SessionStatus, batch: int
+    ) -> int:
         """A completion whose start this stream never saw (a ``PostToolUse`` without its
         ``PreToolUse``: hooks installed while the tool ran, a ``PreToolUse`` matcher
         narrower than the ``PostToolUse`` one) is still a tool call: append its
         :class:`Session.ToolCallStarted` first, derived from the completion (the tool's
         input when the source gave it, no raw record, ``record_key`` ``derived:…``),
         under the start's own key, so the real start arriving later adds no second start
-        (:meth:`_keep_late_start` keeps its record). A 2025 hook start (no
-        ``tool_use_id``, paired by tool and input) arriving after its completion is not
-        recognised as late: it is appended as a start of its own. Returns the events
+        (:meth:`_keep_late_start` keeps its record; an id-less hook's start, a Claude
+        Code 2025 ``PreToolUse``, is recognised by tool and input: :meth:`_late_pair`).
+        A completion met with a call another source recorded (:meth:`_same_call`) has
+        its start. ``data``: the completion's payload as recorded. Returns the events
         appended."""
-        tool_use_id = obs.data.get("tool_use_id")
+        tool_use_id = data.get("tool_use_id")
         if not isinstance(tool_use_id, str) or not tool_use_id:
+            return 0
+        if tool_use_id in self.call_alias_of:
             return 0
         if "pair" in obs.extra:  # 2025 hooks: started iff paired with an open start
             if tool_use_id in self.unpaired_calls:
@@ -565,30 +711,23 @@ class Session(BaseAggregate[UUID]):
         )
         return 1
 
-    def live_prompt_occurrence(self, text_hash: str, source_format: str) -> int:
-        """1-based occurrence of a prompt text among the prompts appended from the same
-        live capture (hooks, or ``hookledger run``'s command line: :func:`_live_capture`).
-        A transcript numbers its own occurrences; the n-th capture of a text by each
-        source meets the others on the alias ``prompt:{hash}:{n}``."""
-        return self.live_prompt_counts.get((_live_capture(source_format), text_hash), 0) + 1
-
-    def _call_alias(self, obs: Observation) -> str | None:
-        """The alias a file import gives this hook tool call, whose copy in the file has
-        no id (:class:`ledger.sources.adapter_kit.CallCounter`): a start's is
-        ``call:{hash of tool name and input}:{n}``, n counting this session's hook
-        starts of that hash; a completion's is its start's plus ``:end`` (None when the
-        start was not seen)."""
-        if obs.kind == "ToolCallStarted":
-            h = obs.extra["hook_call_hash"]
-            return f"call:{h}:{self.hook_call_counts.get(h, 0) + 1}"
-        start = self.call_alias_of.get(obs.data.get("tool_use_id"))  # type: ignore[arg-type]
-        return None if start is None else f"{start}:end"
+    def live_alias(self, family: str, h: str, source_format: str) -> str:
+        """The alias ``{family}:{h}:{n}`` of a live capture's next sighting (hooks, or
+        ``hookledger run``'s command line: :func:`_live_capture`) of a prompt text
+        (``prompt``) or a tool call's name and input (``call``) of hash ``h``: n counts
+        that capture's sightings of it in this session, those another source recorded
+        first included. A file numbers its own occurrences; the n-th sighting of each
+        source meets the others on that alias."""
+        n = self.live_counts.get((_live_capture(source_format), f"{family}:{h}"), 0) + 1
+        return f"{family}:{h}:{n}"
 
     # -- internals ----------------------------------------------------------------
 
     def _pair_tool_call(self, obs: Observation) -> str:
-        """Tool-call id for hook payloads that carry none (2025 builds): a Pre gets
-        ``hook-<capture>``; a Post takes the oldest open Pre of the same tool and input."""
+        """Tool-call id for hook payloads that carry none (2025 builds, Gemini CLI, OpenClaw
+        without ``toolCallId``): a Pre gets ``hook-<capture>``; a Post takes the oldest
+        open Pre of the same tool and input (``extra["pair"]``, a call hash): the id of
+        the call another source recorded when that Pre was captured again."""
         own = "hook-" + obs.key.removeprefix("hook:")
         if obs.kind == "ToolCallStarted":
             return own
@@ -676,22 +815,31 @@ class Session(BaseAggregate[UUID]):
         previous_batch = self.batch
         self.status = event.status
         self.batch = max(self.batch, event.batch)
-        if event.alias_keys and isinstance(event, Session.ToolCallStarted):
-            self._note_call_alias(event)
+        if isinstance(event, Session.ToolCallStarted | Session.ToolCallCompleted):
+            self._note_call(event)
         match event:
             case Session.PromptSubmitted():
                 if event.batch > previous_batch and opens_batch({"prompt_kind": event.prompt_kind}):
                     self.batch_open = True
                 for k in (event.event_key, *event.alias_keys):
                     self.batch_of_key[k] = event.batch
-                self._count_live_prompt(event)
+                self._count_live_aliases(event)
             case Session.RecordObserved() if event.record_type == PROMPT_CAPTURED_AGAIN:
-                self._count_live_prompt(event)
+                self._count_live_aliases(event)
+            case Session.RecordObserved() if event.record_type == CALL_CAPTURED_AGAIN:
+                self._note_call_captured_again(event)
+            case Session.RecordObserved() if event.record_type == LATE_START:
+                for k in event.alias_keys:
+                    self.late_pairs.pop(k.removesuffix(":late"), None)
             case Session.ToolCallStarted() if (event.record_key or "").startswith("derived:"):
                 self.derived_starts.add(event.event_key)
+                if event.tool_use_id.startswith("hook-"):
+                    self.late_pairs[event.event_key] = call_hash(event.tool_name, event.tool_input)
             case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
-                self.unpaired_calls[event.tool_use_id] = (event.tool_name, json_hash(event.tool_input))
-            case Session.ToolCallCompleted() if event.tool_use_id in self.unpaired_calls:
+                self.unpaired_calls[event.tool_use_id] = call_hash(event.tool_name, event.tool_input)
+            case Session.ToolCallCompleted() if (
+                event.tool_use_id in self.unpaired_calls and _live_capture(event.source_format) == "hook"
+            ):  # a file's copy of the completion leaves the call open to the hook's
                 del self.unpaired_calls[event.tool_use_id]
             case Session.UsageRecorded() if event.source_format in _RUNNING_TOTAL_SOURCES:
                 sums = self.running_usage.setdefault(event.source_format, dict.fromkeys(TOKENS, 0))
@@ -714,21 +862,101 @@ class Session(BaseAggregate[UUID]):
                 pass
         self.liveness.apply(self, event)
 
-    def _count_live_prompt(self, event: Session.Event) -> None:
+    def _count_live_aliases(self, event: Session.Event) -> None:
+        """Count a live capture's ``prompt:`` / ``call:`` start aliases (:meth:`live_alias`)."""
         capture = _live_capture(event.source_format)
-        h = _alias_hash(event.alias_keys) if capture else None
-        if h is not None:
-            key = (capture, h)
-            self.live_prompt_counts[key] = self.live_prompt_counts.get(key, 0) + 1
-
-    def _note_call_alias(self, event: Session.ToolCallStarted) -> None:
+        if not capture:
+            return
         for k in event.alias_keys:
-            if k.startswith("call:"):
-                self.call_alias_of[event.tool_use_id] = k
-                if event.source_format.endswith(".hook"):
-                    h = k.split(":")[1]
-                    self.hook_call_counts[h] = self.hook_call_counts.get(h, 0) + 1
-                return
+            family, _, rest = k.partition(":")
+            if family in ("prompt", "call") and not k.endswith(":end"):
+                key = (capture, f"{family}:{rest.split(':')[0]}")
+                self.live_counts[key] = self.live_counts.get(key, 0) + 1
+
+    def _note_call(self, event: Session.ToolCallStarted | Session.ToolCallCompleted) -> None:
+        """Keep what :meth:`_same_call` meets a call's copies with. A hook's start without
+        an id another source shares gets ``call:{hash}:{n}`` (stored for Cursor, else
+        derived here: the n-th such hook call); a start from a file or stream of an agent
+        whose hooks may lack ids gets the alias its file gave it (stored for Cursor,
+        else derived: n follows the file's last one and the hooks' count, which a
+        file's copies of hook calls, never appended, skipped). A completion closes it
+        (one that stands for the hooks' start too: :meth:`_await_late_start`)."""
+        tool_use_id = event.tool_use_id
+        live = _live_capture(event.source_format) == "hook"
+        if isinstance(event, Session.ToolCallCompleted):
+            if tool_use_id in self.call_alias_of:
+                self.completed_calls.add(tool_use_id)
+            if live:
+                if event.record_key:
+                    self.seen_keys.add(event.record_key)
+                self._await_late_start(event)
+            return
+        if live:
+            if event.record_key:
+                self.seen_keys.add(event.record_key)
+            stored = next((k for k in event.alias_keys if k.startswith("call:")), None)
+            if stored is None and not tool_use_id.startswith("hook-"):
+                return  # its id is the file's too
+            h = stored.split(":")[1] if stored else call_hash(event.tool_name, event.tool_input)
+            count = ("hook", f"call:{h}")
+            n = self.live_counts.get(count, 0) + 1
+            self.live_counts[count] = n
+            alias = f"call:{h}:{n}"
+            self.live_calls.setdefault(alias, tool_use_id)
+            self.batch_of_key[alias] = event.batch
+            self.call_alias_of[tool_use_id] = alias
+            return
+        if event.agent not in _IDLESS_HOOK_AGENTS:
+            return
+        stored = next((k for k in event.alias_keys if k.startswith("call:")), None)
+        if stored is not None:
+            h, n = stored.split(":")[1], int(stored.split(":")[2])
+        else:
+            h = call_hash(event.tool_name, event.tool_input)
+            n = max(self.file_call_n.get(h, 0), self.live_counts.get(("hook", f"call:{h}"), 0)) + 1
+        self.file_call_n[h] = max(self.file_call_n.get(h, 0), n)
+        alias = f"call:{h}:{n}"
+        self.file_calls.setdefault(alias, tool_use_id)
+        self.batch_of_key.setdefault(alias, event.batch)
+        self.call_alias_of.setdefault(tool_use_id, alias)
+
+    def _await_late_start(self, event: Session.Event) -> bool:
+        """A hook's completion that met a file's call before the hooks delivered its start
+        (:meth:`_call_before_its_start`: aliases ``call:{hash}:{n}`` and ``…:end``)
+        counts as the hooks' n-th call of that tool and input, and waits for its start
+        (:meth:`_late_pair`). Returns whether the event was one."""
+        start = next((k for k in event.alias_keys if k.startswith("call:") and not k.endswith(":end")), None)
+        if start is None or f"{start}:end" not in event.alias_keys:
+            return False
+        self._count_live_aliases(event)
+        self.late_pairs[start] = start.split(":")[1]
+        return True
+
+    def _note_call_captured_again(self, event: Session.RecordObserved) -> None:
+        """A hook's copy of a call another source recorded (:meth:`_keep_captured_again`):
+        a start counts toward the hook's calls of its tool and input and leads the hook's
+        own id (``tool:{id}:start`` among its aliases; an id-less hook's ``hook-…`` is
+        then paired with the recorded call) to the recorded call, which the hook's
+        completion then closes."""
+        start = next((k for k in event.alias_keys if k.startswith("call:")), None)
+        if start is None:
+            return
+        if start.endswith(":end"):  # the recorded call's completion: no longer open
+            start = start.removesuffix(":end")
+            recorded = self.file_calls.get(start) or self.live_calls.get(start)
+            self.unpaired_calls.pop(recorded, None)  # type: ignore[arg-type]
+            return
+        if self._await_late_start(event):
+            return
+        self._count_live_aliases(event)
+        mine = next((k for k in event.alias_keys if k.startswith("tool:")), None)
+        if mine is None:
+            return
+        own = mine[len("tool:") : -len(":start")]
+        self.call_alias_of[own] = start
+        recorded = self.file_calls.get(start)
+        if own.startswith("hook-") and recorded is not None:
+            self.unpaired_calls[recorded] = start.split(":")[1]  # its completion pairs with it
 
 
 def opens_batch(data: dict[str, Any]) -> bool:
@@ -739,6 +967,34 @@ def opens_batch(data: dict[str, Any]) -> bool:
 PROMPT_CAPTURED_AGAIN = "prompt captured again"
 """``record_type`` of a live capture's copy of a prompt another source recorded first."""
 
+CALL_CAPTURED_AGAIN = "tool call captured again"
+"""``record_type`` of a hook's copy of a tool call's start or completion another source
+recorded first."""
+
+LATE_START = "tool call start after its completion"
+"""``record_type`` of a tool call's start that arrived after its completion, whose start
+was derived from it (:meth:`Session._keep_late_start`, :meth:`Session._late_pair`)."""
+
+_CALL_KINDS = frozenset({"ToolCallStarted", "ToolCallCompleted"})
+
+_IDLESS_HOOK_AGENTS = frozenset({"claude-code", "gemini", "openclaw", "cursor"})
+"""Agents whose hooks may give a tool call no id its files share (Claude Code 2025
+builds, Gemini CLI, OpenClaw without ``toolCallId``, Cursor): their files' calls get a
+``call:`` alias (:meth:`Session._note_call`)."""
+
+
+def _hash_of(data: dict[str, Any]) -> str:
+    return call_hash(data.get("tool_name") or "(unknown)", data.get("tool_input"))
+
+
+def _file_alias(obs: Observation) -> str | None:
+    """The ``call:{hash}:{n}`` (``:end`` for a completion) a file gave this call: stored
+    (Cursor) or only handed over (``extra["call_alias"]``)."""
+    alias = obs.extra.get("call_alias")
+    if alias is not None:
+        return alias  # type: ignore[no-any-return]
+    return next((k for k in obs.alias_keys if k.startswith("call:")), None)
+
 
 def _live_capture(source_format: str) -> str:
     """``hook`` for hook payloads, ``run`` for ``hookledger run``'s prompt, else ``""``."""
@@ -747,23 +1003,23 @@ def _live_capture(source_format: str) -> str:
     return "run" if source_format == "hookledger.run" else ""
 
 
-def _alias_hash(alias_keys: tuple[str, ...]) -> str | None:
-    for k in alias_keys:
-        if k.startswith("prompt:"):
-            return k.split(":")[1]
-    return None
-
-
 _RUN_OUTCOMES = {"completed": S.COMPLETED, "failed": S.FAILED, "terminated": S.TERMINATED}
 _KEPT_ON_END = frozenset({S.TERMINATED, S.ARCHIVED})
 """States an operator's command (or the archive job) put the session in: the agent's own
 end (``SessionEnd``, a run's outcome) arriving later is recorded, the state is kept."""
+_KEPT_ON_SESSION_END = _KEPT_ON_END | {S.FAILED}
+"""A ``SessionEnd`` (``Ended``) keeps these too: an agent process that failed (an error
+result, a non-zero exit) still ends its session, and says no more than that it ended,
+so the failure stays the session's outcome (DESIGN.md: SessionEnd -> COMPLETED, an error
+result -> FAILED; it names no move from FAILED to COMPLETED)."""
 
 
 def _next_status(current: SessionStatus, obs: Observation) -> SessionStatus:
     """Map an observed fact onto the lifecycle (DESIGN.md); observed facts never fail."""
     kind = obs.kind
     if kind in ("Ended", "RunEnded") and current in _KEPT_ON_END:
+        return current
+    if kind == "Ended" and current in _KEPT_ON_SESSION_END:
         return current
     if kind == "Ended":
         return S.COMPLETED

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from api.bootstrap import Services, build
 from ledger.config import Settings
@@ -180,6 +181,54 @@ def test_gemini_hooks_posted_to_server(settings: Settings) -> None:
     finally:
         services.close()
 
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-then-chat", "chat-then-hooks"])
+def test_gemini_hook_calls_and_the_chat_files_calls_are_one_call_each(
+    services: Services, tmp_path: Path, hooks_first: bool
+) -> None:
+    """A real Gemini CLI chat file (3 tool calls, two of them ``read_file`` of the same
+    path) and BeforeTool/AfterTool hooks of the same calls BUILT BY HAND in the
+    documented shape (Gemini hooks carry no call id). Before, nothing met the hooks'
+    calls with the file's: 6 calls for 3. The n-th hook call of a tool and input meets
+    the file's n-th: the two read_file calls stay two."""
+    doc = json.loads(CHAT.read_text())
+    sid = doc["sessionId"]
+    base = {"session_id": sid, "transcript_path": str(CHAT), "cwd": "/work/demo",
+            "timestamp": "2025-10-29T10:37:00.000Z"}
+    hooks: list[dict[str, Any]] = []
+    for m in doc["messages"]:
+        for c in m.get("toolCalls") or []:
+            tool = {**base, "tool_name": c["name"], "tool_input": c["args"]}
+            hooks += [{**tool, "hook_event_name": "BeforeTool"},
+                      {**tool, "hook_event_name": "AfterTool",
+                       "tool_response": {"llmContent": "ok", "returnDisplay": ""}}]
+    assert len(hooks) == 6
+
+    def deliver() -> int:
+        return sum(
+            ingest_hook(services.ledger, "gemini", orjson.dumps(h), f"gem-{i}").result.appended
+            for i, h in enumerate(hooks)
+        )
+
+    if hooks_first:
+        deliver()
+        import_paths(services.ledger, [CHAT])
+    else:
+        import_paths(services.ledger, [CHAT])
+        deliver()
+    detail = _row(services, sid)
+    assert detail["tool_call_count"] == 3 == len(detail["tool_calls"])
+    assert sorted(c["tool_name"] for c in detail["tool_calls"]) == ["read_file", "read_file", "replace"]
+    assert {c["status"] for c in detail["tool_calls"]} == {"completed"}
+    kinds = _kinds(services, "gemini", sid)
+    assert kinds.count("ToolCallStarted") == kinds.count("ToolCallCompleted") == 3
+    events = list(services.ledger.repository.event_store.get(SessionRef("gemini", sid).id))
+    kept = [e for e in events if getattr(e, "record_type", None) == "tool call captured again"]
+    assert len(kept) == (0 if hooks_first else 6)
+    assert deliver() == 0 and import_paths(services.ledger, [CHAT]).result.appended == 0
+    session = services.ledger.session(SessionRef("gemini", sid).id)
+    assert session is not None and session.unpaired_calls == {}  # every hook call closed
 
 # -- Cursor -------------------------------------------------------------------------------
 
@@ -358,6 +407,69 @@ def test_cursor_hook_tool_call_and_transcript_tool_call_are_one_call(
     assert kinds.count("ToolCallStarted") == kinds.count("ToolCallCompleted") == 1
 
 
+
+def _cursor_turn(sid: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The documented hook payloads (BUILT BY HAND) of the real drift transcript's turn:
+    (the call's fields, [preToolUse, postToolUse])."""
+    lines = [json.loads(x) for x in CURSOR_DRIFT.read_text().splitlines()]
+    (call,) = [b for b in lines[1]["message"]["content"] if b["type"] == "tool_call"]
+    base = {"conversation_id": sid, "generation_id": "g", "model": "cursor-auto",
+            "cursor_version": "2.6.1", "workspace_roots": ["/w"], "transcript_path": None}
+    tool = {**base, "tool_name": call["name"], "tool_input": call["input"]}
+    return tool, [
+        {**tool, "hook_event_name": "preToolUse"},
+        {**tool, "hook_event_name": "postToolUse", "tool_output": "{}", "duration": 5},
+    ]
+
+
+def test_cursor_hook_calls_after_the_transcript_meet_its_copies_in_order(
+    services: Services, tmp_path: Path
+) -> None:
+    """The transcript (one ``read_file`` call, no id) is imported first; the hooks then
+    deliver that call and the same call again. The first is the transcript's call (its
+    Pre and Post kept as records), the second a new call. Before, the first Pre was
+    dropped without being counted, so its Post derived a second start (2 calls), and the
+    second Pre met the transcript's copy again and was lost."""
+    path = tmp_path / "c0ffee-3.jsonl"
+    path.write_bytes(CURSOR_DRIFT.read_bytes())
+    import_paths(services.ledger, [path])
+    _tool, (pre, post) = _cursor_turn("c0ffee-3")
+    deliveries = [
+        {**pre, "tool_use_id": "call_1\nctc_1"}, {**post, "tool_use_id": "call_1\nctc_1"},
+        {**pre, "tool_use_id": "call_2\nctc_2"}, {**post, "tool_use_id": "call_2\nctc_2"},
+    ]
+    for i, h in enumerate(deliveries):
+        assert ingest_hook(services.ledger, "cursor", orjson.dumps(h), f"c3-{i}").error is None
+    detail = _row(services, "c0ffee-3")
+    assert detail["tool_call_count"] == 2 == len(detail["tool_calls"])
+    assert sorted(c["status"] for c in detail["tool_calls"]) == ["completed", "completed"]
+    assert "call_2\nctc_2" in {c["tool_use_id"] for c in detail["tool_calls"]}
+    events = list(services.ledger.repository.event_store.get(SessionRef("cursor", "c0ffee-3").id))
+    kept = [e for e in events if getattr(e, "record_type", None) == "tool call captured again"]
+    assert [e.event_key for e in kept] == ["hook:c3-0", "hook:c3-1"]
+    for i, h in enumerate(deliveries):  # delivered again: nothing more
+        assert ingest_hook(services.ledger, "cursor", orjson.dumps(h), f"c3-{i}").result.appended == 0
+
+
+def test_cursor_transcript_completes_a_hook_call_whose_post_was_lost(
+    services: Services, tmp_path: Path
+) -> None:
+    """The hooks saw the call start but not its end (no postToolUse); the transcript,
+    imported after, has the result: it completes the hook's call. Before, its completion
+    kept the transcript's own call id and derived a second start (2 calls)."""
+    _tool, (pre, _post) = _cursor_turn("c0ffee-4")
+    pre = {**pre, "tool_use_id": "call_1\nctc_1"}
+    assert ingest_hook(services.ledger, "cursor", orjson.dumps(pre), "c4-0").error is None
+    path = tmp_path / "c0ffee-4.jsonl"
+    path.write_bytes(CURSOR_DRIFT.read_bytes())
+    import_paths(services.ledger, [path])
+    detail = _row(services, "c0ffee-4")
+    assert [(c["tool_use_id"], c["status"]) for c in detail["tool_calls"]] == [
+        ("call_1\nctc_1", "completed")
+    ]
+    assert detail["tool_call_count"] == 1
+    assert import_paths(services.ledger, [path]).result.appended == 0
+
 # -- OpenClaw -----------------------------------------------------------------------------
 
 
@@ -445,6 +557,39 @@ def test_openclaw_hooks_and_transcript(settings: Settings) -> None:
     finally:
         services.close()
 
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-then-transcript", "transcript-then-hooks"])
+def test_openclaw_hook_call_without_id_and_the_transcripts_call_are_one_call(
+    services: Services, hooks_first: bool
+) -> None:
+    """OpenClaw hooks may omit ``toolCallId``; the (sanitised real) transcript's call has
+    one. The hooks (BUILT BY HAND, the documented shape without the id) and the
+    transcript meet on ``call:{hash}:{n}``. Before, they were two calls."""
+    sid = json.loads(OPENCLAW.read_text().splitlines()[0])["id"]
+    hooks = [
+        p for p in _openclaw_payloads(sid)
+        if p["hook"] in ("session_start", "before_tool_call", "after_tool_call")
+    ]
+    for p in hooks:
+        p["event"].pop("toolCallId", None)
+
+    def deliver() -> int:
+        return sum(
+            ingest_hook(services.ledger, "openclaw", orjson.dumps(p), f"oc-{i}").result.appended
+            for i, p in enumerate(hooks)
+        )
+
+    if hooks_first:
+        deliver()
+        import_paths(services.ledger, [OPENCLAW])
+    else:
+        import_paths(services.ledger, [OPENCLAW])
+        deliver()
+    detail = _row(services, sid)
+    assert detail["tool_call_count"] == 1
+    assert [(c["tool_name"], c["status"]) for c in detail["tool_calls"]] == [("shell_exec", "completed")]
+    assert deliver() == 0 and import_paths(services.ledger, [OPENCLAW]).result.appended == 0
 
 KEY = "agent:main:main"
 

@@ -189,6 +189,39 @@ def test_error_result_fails_the_session(services: Services, tmp_path: Path) -> N
     assert _session(services, result["session_id"])["status"] == "FAILED"
 
 
+def test_session_end_after_a_failed_run_keeps_it_failed(services: Services, tmp_path: Path) -> None:
+    # The run's error result fails the session; Claude's SessionEnd hook fires as the
+    # process exits and arrives after it. Before, it turned FAILED into COMPLETED.
+    from ledger.ingest import ingest_hook
+
+    lines = (FIXTURES / "claude_code-elixir-stream-json" / "error_case.jsonl").read_text().splitlines()
+    result = json.loads(lines[-1])
+    result.update(subtype="error_during_execution", is_error=True)
+    recording = tmp_path / "error_result.jsonl"
+    recording.write_text("\n".join([*lines[:-1], json.dumps(result)]) + "\n")
+    outcome, _ = _run(services, recording)
+    assert outcome.outcome == "failed"
+    failed = _session(services, result["session_id"])
+    assert failed["status"] == "FAILED"
+    end = {"session_id": result["session_id"], "cwd": "/tmp", "hook_event_name": "SessionEnd",
+           "reason": "other"}
+    assert ingest_hook(services.ledger, "claude-code", json.dumps(end).encode(), "end-1").error is None
+    services.runner.catch_up()
+    s = _session(services, result["session_id"])
+    assert s["status"] == "FAILED" and s["ended_at"] is not None
+    events = list(services.ledger.events.get(UUID(s["id"])))
+    assert (type(events[-1]).__name__, events[-1].status.value) == ("Ended", "FAILED")
+    detail = queries.get_session(services.models, s["id"])
+    assert detail is not None
+    history = [(h["from_status"], h["to_status"], h["cause"]) for h in detail["status_history"]]
+    assert history[-1][1:] == ("FAILED", "RunEnded")  # the SessionEnd adds no transition
+    # new activity still reopens it, naming the state it found
+    prompt = {**end, "hook_event_name": "UserPromptSubmit", "prompt": "try again"}
+    ingest_hook(services.ledger, "claude-code", json.dumps(prompt).encode(), "p-2")
+    reopened = [e for e in services.ledger.events.get(UUID(s["id"])) if type(e).__name__ == "Reopened"]
+    assert [e.from_status.value for e in reopened] == ["FAILED"]
+
+
 def test_stream_cut_mid_line_keeps_everything_and_records_the_cut(services: Services) -> None:
     recording = FIXTURES / "claude_code-elixir-stream-json" / "error_case.jsonl"
     records = _records(recording)

@@ -215,3 +215,34 @@ def test_hook_prompts_after_the_transcript_match_its_copies_in_order(services, t
     kept = [e for e in services.ledger.events.get(UUID(after["id"]))
             if getattr(e, "record_type", None) == "prompt captured again"]
     assert [e.event_key for e in kept] == ["hook:capture-0", "hook:capture-1"]
+
+
+def test_hook_tool_calls_after_the_transcript_are_kept_not_counted_again(services: Services) -> None:
+    # The transcript was imported first (a remote machine's spooled hooks forwarded
+    # later); its tool calls carry the hooks' tool_use_ids. Each hook PreToolUse and
+    # PostToolUse is no new call but is kept whole, as a hook prompt is. Before, the
+    # hooks' tool payloads were dropped without a trace.
+    from uuid import UUID
+
+    payloads, _ = _ordered_payloads()
+    import_paths(services.ledger, [LOGS / SESSION / "chat.json"])
+    services.runner.catch_up()
+    (before,) = [r for r in queries.list_sessions(services.models) if r["external_id"] == SESSION]
+    for n, p in enumerate(payloads):
+        assert ingest_hook(services.ledger, "claude-code", json.dumps(p).encode(), f"late-{n}").error is None
+    services.runner.catch_up()
+    (after,) = [r for r in queries.list_sessions(services.models) if r["external_id"] == SESSION]
+    assert after["tool_call_count"] == before["tool_call_count"] == 128
+    events = list(services.ledger.events.get(UUID(after["id"])))
+    kept = [e for e in events if getattr(e, "record_type", None) == "tool call captured again"]
+    tool_hooks = [p for p in payloads if p["hook_event_name"] in ("PreToolUse", "PostToolUse")]
+    assert len(kept) == len(tool_hooks) == 69
+    assert sorted(e.event_key for e in kept) == sorted(
+        f"hook:late-{n}" for n, p in enumerate(payloads) if p in tool_hooks
+    )
+    assert all(json.loads(e.raw)["tool_use_id"] for e in kept)
+    # delivered again (same capture keys): nothing more
+    head = services.ledger.max_position()
+    for n, p in enumerate(payloads):
+        ingest_hook(services.ledger, "claude-code", json.dumps(p).encode(), f"late-{n}")
+    assert services.ledger.max_position() == head

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from ledger.config import Settings
 
@@ -113,3 +114,106 @@ def test_2025_hook_replay_equals_transcript_import(settings: Settings, tmp_path:
     # Every hook call is still open (no PostToolUse was logged), and none is counted twice.
     assert {c["status"] for c in from_hooks["tool_calls"]} == {"started"}
     assert from_hooks["tool_call_count"] == 30
+
+
+def _calls(services: Any) -> tuple[dict[str, Any], list[Any]]:
+    """(session row, the session's events) after catching up."""
+    from uuid import UUID
+
+    from projections import queries
+
+    services.runner.catch_up()
+    sid = queries.find_session_id(services.models, SESSION)
+    assert sid is not None
+    detail = queries.get_session(services.models, sid)
+    assert detail is not None
+    return detail, list(services.ledger.events.get(UUID(str(sid))))
+
+
+def _ingest(services: Any, payloads: list[dict[str, Any]], prefix: str = "attio") -> int:
+    from ledger.ingest import ingest_hook
+
+    appended = 0
+    for n, payload in enumerate(payloads):
+        out = ingest_hook(services.ledger, "claude-code", json.dumps(payload).encode(), f"{prefix}-{n}")
+        assert out.error is None
+        appended += out.result.appended
+    return appended
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-then-transcript", "transcript-then-hooks"])
+def test_2025_hooks_and_their_transcript_in_one_store_count_each_call_once(
+    services: Any, tmp_path: Path, hooks_first: bool
+) -> None:
+    # The same session's hooks (no tool_use_id) and transcript (tool_use ids) in ONE
+    # store. Before, their ids differed and nothing met them: 60 tool calls for 30.
+    from ledger.importer import import_paths
+
+    payloads, _ = _ordered_payloads()
+    alone = Settings(tmp_path / "transcript-alone")
+    cli(alone, "import", str(LOGS / "chat.json"))
+    shown = json.loads(cli(alone, "show", SESSION, "--json").stdout)
+    want = _shape(shown)
+    want_batches = [(b["batch"], b["tool_call_count"], b["tool_error_count"]) for b in shown["batches"]]
+    want_status = Counter(
+        (c["tool_name"], json.dumps(c["tool_input"], sort_keys=True), c["status"])
+        for c in json.loads(cli(alone, "show", SESSION, "--json").stdout)["tool_calls"]
+    )
+
+    if hooks_first:
+        _ingest(services, payloads)
+        import_paths(services.ledger, [LOGS / "chat.json"])
+    else:
+        import_paths(services.ledger, [LOGS / "chat.json"])
+        _ingest(services, payloads)
+    detail, events = _calls(services)
+
+    assert detail["tool_call_count"] == 30 == len(detail["tool_calls"])
+    assert _shape(detail)["tool_calls"] == want["tool_calls"]
+    assert _shape(detail)["prompts"] == want["prompts"]
+    # a completion from the other source is in its call's batch: hooks first, the 6
+    # failed results of batch 1 were counted in batch 2, where the import arrived
+    assert [(b["batch"], b["tool_call_count"], b["tool_error_count"]) for b in detail["batches"]] == want_batches
+    # each call has its outcome from the transcript (the hooks logged no PostToolUse)
+    assert Counter(
+        (c["tool_name"], json.dumps(c["tool_input"], sort_keys=True), c["status"])
+        for c in detail["tool_calls"]
+    ) == want_status
+    kinds = Counter(type(e).__name__ for e in events)
+    assert kinds["ToolCallStarted"] == 30 and kinds["ToolCallCompleted"] == 30
+    again = [e for e in events if getattr(e, "record_type", None) == "tool call captured again"]
+    if hooks_first:
+        # the hooks' calls were recorded; the transcript's copies append nothing, its
+        # tool results complete the hooks' calls
+        assert again == []
+        assert {c["tool_use_id"][:5] for c in detail["tool_calls"]} == {"hook-"}
+    else:
+        # the transcript's calls were recorded; every hook PreToolUse is kept whole
+        assert len(again) == 30
+        assert all(json.loads(e.raw)["hook_event_name"] == "PreToolUse" for e in again)
+        assert {c["tool_use_id"][:6] for c in detail["tool_calls"]} == {"toolu_"}
+    # a redelivery of the hooks (same capture keys) and a re-import append nothing
+    assert _ingest(services, payloads) == 0
+    assert import_paths(services.ledger, [LOGS / "chat.json"]).result.appended == 0
+
+
+def test_a_2025_hook_call_repeated_after_the_transcript_meets_the_next_copy(services: Any) -> None:
+    # A call (tool and input) the transcript imported first holds once; the hooks then
+    # deliver it twice (the same command run again after the transcript was copied).
+    # The first is the transcript's call (kept as a record), the second a new call.
+    # Before, each hook call was a new call (no id met them): 3 calls for 2.
+    from ledger.importer import import_paths
+
+    payloads, _ = _ordered_payloads()
+    pres = [p for p in payloads if p["hook_event_name"] == "PreToolUse"]
+    counts = Counter(json.dumps([p["tool_name"], p["tool_input"]], sort_keys=True) for p in pres)
+    once = next(p for p in pres if counts[json.dumps([p["tool_name"], p["tool_input"]], sort_keys=True)] == 1)
+    import_paths(services.ledger, [LOGS / "chat.json"])
+    before, _ = _calls(services)
+    assert _ingest(services, [once, once], prefix="again") == 2
+    after, events = _calls(services)
+    assert after["tool_call_count"] == before["tool_call_count"] + 1
+    same = [c for c in after["tool_calls"] if (c["tool_name"], c["tool_input"]) == (once["tool_name"], once["tool_input"])]
+    assert sorted(c["tool_use_id"][:5] for c in same) == ["hook-", "toolu"]
+    (kept,) = [e for e in events if getattr(e, "record_type", None) == "tool call captured again"]
+    assert kept.event_key == "hook:again-0"

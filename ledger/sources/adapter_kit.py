@@ -18,7 +18,7 @@ import hashlib
 import re
 from typing import Any
 
-from ledger.observation import json_hash
+from ledger.observation import call_hash
 from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.claude_hooks import HookPayloadError
 
@@ -67,27 +67,39 @@ class PromptCounter:
         return f"prompt:{h}:{n}"
 
 
-def call_hash(tool_name: str, tool_input: Any) -> str:
-    """Hash of a tool call's name and input (sorted-key JSON): what pairs an id-less
-    call of a file with the same call seen by a hook."""
-    return json_hash([tool_name, tool_input])
-
-
 class CallCounter:
-    """Alias keys ``call:{call hash}:{n}`` for tool calls without an id (the n-th call of
-    the same tool and input in the file; its completion ``call:{call hash}:{n}:end``).
-    The aggregate gives hook tool calls the same aliases, counting hook calls the same
-    way (:meth:`ledger.session.Session.observe`), so a call seen by a hook and by a
-    transcript import is one call."""
+    """Alias keys ``call:{call hash}:{n}`` for a file's tool calls (the n-th call of the
+    same tool and input in the file, per session ``scope``; its completion
+    ``call:{call hash}:{n}:end``). The aggregate gives hook tool calls that carry no id
+    the file shares the same aliases, counting hook calls the same way
+    (:meth:`ledger.session.Session.live_alias`), so a call seen by a hook and by a file
+    import is one call. Cursor files store the alias (their calls have no id); files
+    whose calls have ids hand it over in ``Observation.extra["call_alias"]`` only."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
+        self.counts: dict[tuple[str, str], int] = {}
+        self.of_call: dict[str, str] = {}
+        """A call id -> its alias (:meth:`end`)."""
 
-    def alias(self, tool_name: str, tool_input: Any) -> str:
+    def alias(
+        self, tool_name: str, tool_input: Any, scope: str = "", call_id: str | None = None
+    ) -> str:
+        """The next alias of this tool and input in ``scope``; a ``call_id`` given again
+        (the same call repeated in the file) keeps its first alias."""
+        if call_id is not None and call_id in self.of_call:
+            return self.of_call[call_id]
         h = call_hash(tool_name, tool_input)
-        n = self.counts.get(h, 0) + 1
-        self.counts[h] = n
-        return f"call:{h}:{n}"
+        n = self.counts.get((scope, h), 0) + 1
+        self.counts[(scope, h)] = n
+        alias = f"call:{h}:{n}"
+        if call_id is not None:
+            self.of_call[call_id] = alias
+        return alias
+
+    def end(self, call_id: str) -> str | None:
+        """The completion's alias of the call ``call_id`` given to :meth:`alias`."""
+        start = self.of_call.get(call_id)
+        return None if start is None else f"{start}:end"
 
 
 def as_str(value: Any) -> str | None:

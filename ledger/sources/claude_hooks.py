@@ -9,7 +9,9 @@ hook fires inside a subagent (the fact then belongs to the child session).
 Keys: tool calls use ``tool:{tool_use_id}:{start|end}`` (the transcript's keys, so a
 later import does not count them twice); everything else uses the capture key the
 hook client assigned once (``hook:{capture_key}``). Payloads without ``tool_use_id``
-(2025 builds) are paired Pre->Post by tool name and input inside the aggregate.
+(2025 builds) are paired Pre->Post by tool name and input inside the aggregate
+(``extra["pair"]``, a call hash), which meets them with the transcript's copy of the
+call on ``call:{hash}:{n}`` (``Session._same_call``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ledger.observation import Observation, SessionRef, json_hash
+from ledger.observation import Observation, SessionRef, call_hash
 from ledger.privacy import strip_private
 from ledger.sources.claude_common import (
     AGENT,
@@ -204,7 +206,7 @@ def _tool(
         data: dict[str, Any] = {"tool_use_id": tool_use_id, "tool_name": tool_name, "tool_input": tool_input}
         o = Observation(ref, "ToolCallStarted", f"tool:{tool_use_id}:start" if tool_use_id else key, data, **common)
         if not tool_use_id:
-            o.extra["pair"] = (tool_name, json_hash(tool_input))
+            o.extra["pair"] = call_hash(tool_name, tool_input)
         return [o]
     response = p.get("tool_response")
     failed = name == "PostToolUseFailure"
@@ -223,7 +225,7 @@ def _tool(
     o.extra["tool_input"] = tool_input  # for a start the stream never saw (Session.observe)
     facts = [o]
     if not tool_use_id:
-        o.extra["pair"] = (tool_name, json_hash(tool_input))
+        o.extra["pair"] = call_hash(tool_name, tool_input)
     elif tool_name in ("Task", "Agent") and isinstance(response, dict):
         agent_id = response.get("agentId")
         if isinstance(agent_id, str) and agent_id:

@@ -28,6 +28,7 @@ import orjson
 from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
+from ledger.sources.adapter_kit import CallCounter
 from ledger.sources.claude_common import (
     AGENT,
     classify_prompt,
@@ -91,6 +92,10 @@ class TranscriptParser:
         self.sidechain_root: dict[str, str] = {}
         self.task_prompts: dict[str, str] = {}  # Task prompt text -> tool_use_id
         self.last_prompt_key: dict[str, str] = {}  # session external id -> prompt key
+        self.calls = CallCounter()
+        """``call:{hash}:{n}`` of each tool call, handed over (``extra["call_alias"]``,
+        never stored) so a hook's copy of the call without its id (2025 builds) and this
+        file's are one call (``ledger.session.Session._same_call``)."""
         self.prompt_counts: dict[tuple[str, str], int] = {}
         self.child_prompted: set[str] = set()
         self.current: SessionRef | None = None
@@ -306,24 +311,26 @@ class TranscriptParser:
                 continue
             is_error = block.get("is_error") is True
             content = block.get("content")
-            facts.append(
-                Observation(
-                    ref,
-                    "ToolCallCompleted",
-                    f"tool:{tool_use_id}:end",
-                    {
-                        "tool_use_id": tool_use_id,
-                        "output": content,
-                        "is_error": is_error,
-                        "error": tool_error_text(content) if is_error else None,
-                        "duration_ms": _int(tur.get("totalDurationMs") or tur.get("durationMs"))
-                        if isinstance(tur, dict)
-                        else None,
-                        "interrupted": bool(isinstance(tur, dict) and tur.get("interrupted") is True),
-                    },
-                    **common,
-                )
+            done = Observation(
+                ref,
+                "ToolCallCompleted",
+                f"tool:{tool_use_id}:end",
+                {
+                    "tool_use_id": tool_use_id,
+                    "output": content,
+                    "is_error": is_error,
+                    "error": tool_error_text(content) if is_error else None,
+                    "duration_ms": _int(tur.get("totalDurationMs") or tur.get("durationMs"))
+                    if isinstance(tur, dict)
+                    else None,
+                    "interrupted": bool(isinstance(tur, dict) and tur.get("interrupted") is True),
+                },
+                **common,
             )
+            alias = self.calls.end(tool_use_id)
+            if alias is not None:
+                done.extra["call_alias"] = alias
+            facts.append(done)
             if isinstance(tur, dict) and isinstance(tur.get("agentId"), str) and len(results) == 1:
                 agent_id = tur["agentId"]
                 facts.extend(subagent_link(ref, agent_id, _agent_type(agent_id), tool_use_id, common))
@@ -365,20 +372,20 @@ class TranscriptParser:
                 prompt = tool_input.get("prompt")
                 if isinstance(prompt, str):
                     self.task_prompts.setdefault(prompt.strip(), b["id"])
-            facts.append(
-                Observation(
-                    ref,
-                    "ToolCallStarted",
-                    f"tool:{b['id']}:start",
-                    {
-                        "tool_use_id": b["id"],
-                        "tool_name": name,
-                        "tool_input": tool_input,
-                        "message_id": message_id,
-                    },
-                    **common,
-                )
+            start = Observation(
+                ref,
+                "ToolCallStarted",
+                f"tool:{b['id']}:start",
+                {
+                    "tool_use_id": b["id"],
+                    "tool_name": name,
+                    "tool_input": tool_input,
+                    "message_id": message_id,
+                },
+                **common,
             )
+            start.extra["call_alias"] = self.calls.alias(name, tool_input, ref.external_id, b["id"])
+            facts.append(start)
         usage = message.get("usage")
         if isinstance(usage, dict):
             tokens = {

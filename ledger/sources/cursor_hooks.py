@@ -23,7 +23,9 @@ Hooks -> facts:
   newline between its two parts: kept verbatim). The transcript's calls carry no id,
   so the aggregate also gives a start the alias ``call:{hash of tool name and
   input}:{n}`` (n-th such hook call of the session) and its completion that alias
-  plus ``:end``, the aliases the transcript import computes: one call, not two;
+  plus ``:end``, the aliases the transcript import computes: one call, not two,
+  whichever arrives first (a hook copy of a call the import recorded first is kept as
+  a ``RecordObserved`` ``tool call captured again``);
 * subagentStart / subagentStop ``{subagent_id, subagent_type, task}`` -> child session
   ``{conversation_id}/subagent-{subagent_id}``: ``SubagentLinked`` + child ``Started``
   (+ the task as its prompt) / ``SubagentStopped`` + child ``Ended``;

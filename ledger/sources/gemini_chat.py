@@ -17,6 +17,11 @@ Shapes accepted:
   one ``AssistantReplied`` keyed ``msg:{id}:{text hash}``; read models show the last).
   The raw message travels with the first fact of each import; a fact added by a later
   import of the same message (a finished tool call) carries its data, not the raw.
+  The hooks' copies (``BeforeAgent``, ``BeforeTool``/``AfterTool``, which know no
+  message or call id: :mod:`ledger.sources.gemini_hooks`) meet the file's on
+  ``prompt:{hash}:{n}`` (stored) and ``call:{hash of name and args}:{n}`` (handed
+  over, not stored); the facts that follow a prompt name its ``prompt:`` alias, so
+  they follow the hooks' prompt when the hooks recorded it first.
 * v0.40+ JSONL: a header line ``{sessionId, projectHash, startTime, ...}``, one line
   per message (a message may be written again with the same ``id`` as it grows), and
   ``{"$set": {...}}`` patch lines for the header (kept as ``RecordObserved``).
@@ -49,6 +54,7 @@ from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import (
+    CallCounter,
     LineKeys,
     PromptCounter,
     as_int,
@@ -174,7 +180,12 @@ class ChatParser:
         self.ref: SessionRef | None = None
         self.line_keys = LineKeys()
         self.prompts = PromptCounter()
-        self.prompted: set[str] = set()
+        self.calls = CallCounter()
+        """``call:{hash}:{n}`` of each tool call, handed over (``extra["call_alias"]``,
+        never stored) so a hook's copy of the call (Gemini hooks carry no call id) and
+        this file's are one call (``ledger.session.Session._same_call``)."""
+        self.prompted: dict[str, str] = {}
+        """Message id -> the ``prompt:`` alias of its first copy in the file."""
         self.last_prompt: str | None = None
         self.version: str | None = None
 
@@ -266,10 +277,10 @@ class ChatParser:
         obs = self._obs("PromptSubmitted", key, {"text": text, "prompt_kind": kind}, at, key)
         obs.after_prompt = None
         if mid not in self.prompted:  # a message written again keeps its first alias
-            self.prompted.add(mid)
-            obs.alias_keys = (self.prompts.alias(self.session.external_id, text),)
-        if kind == "human":
-            self.last_prompt = key
+            self.prompted[mid] = self.prompts.alias(self.session.external_id, text)
+            obs.alias_keys = (self.prompted[mid],)
+        if kind == "human":  # its followers name the alias, which the hook's copy shares
+            self.last_prompt = self.prompted[mid]
         return [obs]
 
     def _gemini(self, msg: dict[str, Any], mid: str, key: str, at: Any) -> list[Observation]:
@@ -323,6 +334,8 @@ class ChatParser:
             at,
             key,
         )
+        alias = self.calls.alias(name, call.get("args"), call_id=cid)
+        started.extra["call_alias"] = alias
         status = as_str(call.get("status"))
         if status not in _DONE:
             return [started]
@@ -342,6 +355,7 @@ class ChatParser:
             call.get("timestamp") or at,
             key,
         )
+        ended.extra["call_alias"] = f"{alias}:end"
         return [started, ended]
 
     def history(self, items: list[Any], meta: Any) -> Iterator[Observation | Rejected]:
@@ -372,7 +386,7 @@ class ChatParser:
                     key,
                 )
                 obs.alias_keys = (self.prompts.alias(self.session.external_id, text),)
-                self.last_prompt = key
+                self.last_prompt = obs.alias_keys[0]  # as in :meth:`_user`
             elif role in ("gemini", "model"):
                 obs = self._obs(
                     "AssistantReplied",

@@ -14,7 +14,8 @@ Hooks -> facts:
 * AfterAgent ``{prompt_response}`` -> ``TurnEnded``;
 * BeforeTool / AfterTool ``{tool_name, tool_input, tool_response{llmContent,
   returnDisplay, error?}}`` -> ``ToolCallStarted`` / ``ToolCallCompleted``, paired by
-  tool name and input inside the aggregate (Gemini hooks carry no call id);
+  tool name and input inside the aggregate (Gemini hooks carry no call id), which meets
+  them with the chat file's copy on ``call:{hash}:{n}`` (``Session._same_call``);
 * AfterModel -> see below;
 * Notification ``{notification_type, message, details}`` -> ``NotificationReceived``;
 * PreCompress ``{trigger}`` -> ``Compacted``;
@@ -36,7 +37,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ledger.observation import Observation, SessionRef, json_hash
+from ledger.observation import Observation, SessionRef, call_hash, json_hash
 from ledger.privacy import strip_private
 from ledger.sources.adapter_kit import (
     HookPayloadError,
@@ -173,7 +174,8 @@ def _tool(name: str, p: dict[str, Any], obs: Any) -> Observation:
                 "error": error_text,
             },
         )
-    o.extra["pair"] = (tool_name, json_hash(tool_input))  # the aggregate pairs Before -> After
+        o.extra["tool_input"] = tool_input  # for a start never seen (Session._start_unseen_call)
+    o.extra["pair"] = call_hash(tool_name, tool_input)  # the aggregate pairs Before -> After
     return o
 
 

@@ -56,7 +56,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.observation import Observation, SessionRef, json_hash
+from ledger.observation import Observation, SessionRef, call_hash, json_hash
 from ledger.privacy import strip_private
 from ledger.sources.adapter_kit import (
     HookPayloadError,
@@ -270,8 +270,9 @@ def _tool(name: str, e: dict[str, Any], obs: Any, key: str) -> Observation:
             },
             f"tool:{tid}:end" if tid else key,
         )
+        o.extra["tool_input"] = params  # for a start never seen (Session._start_unseen_call)
     if not tid:
-        o.extra["pair"] = (tool_name, json_hash(params))
+        o.extra["pair"] = call_hash(tool_name, params)
     return o
 
 

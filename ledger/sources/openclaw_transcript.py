@@ -34,6 +34,7 @@ from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import (
+    CallCounter,
     LineKeys,
     PromptCounter,
     as_int,
@@ -68,6 +69,7 @@ def parse_records(
     ref = SessionRef(AGENT, fallback_id)
     keys = LineKeys()
     prompts = PromptCounter()
+    calls = CallCounter()  # aliases handed over, never stored (Session._same_call)
     seen_ids: set[str] = set()
     last_prompt: str | None = None
     version: str | None = None
@@ -130,24 +132,26 @@ def parse_records(
                     if kind == "human":
                         last_prompt = key
             elif role == "assistant":
-                facts.extend(_assistant(message, key, obs))
+                facts.extend(_assistant(message, key, obs, calls))
             elif role == "toolResult":
                 tid = as_str(message.get("toolCallId")) or key
                 is_error = message.get("isError") is True
                 content = message.get("content")
-                facts.append(
-                    obs(
-                        "ToolCallCompleted",
-                        {
-                            "tool_use_id": tid,
-                            "tool_name": as_str(message.get("toolName")),
-                            "output": content,
-                            "is_error": is_error,
-                            "error": _text(content) if is_error else None,
-                        },
-                        f"tool:{tid}:end",
-                    )
+                done = obs(
+                    "ToolCallCompleted",
+                    {
+                        "tool_use_id": tid,
+                        "tool_name": as_str(message.get("toolName")),
+                        "output": content,
+                        "is_error": is_error,
+                        "error": _text(content) if is_error else None,
+                    },
+                    f"tool:{tid}:end",
                 )
+                alias = calls.end(tid)
+                if alias is not None:
+                    done.extra["call_alias"] = alias
+                facts.append(done)
             if not facts:
                 facts.append(obs("RecordObserved", {"record_type": f"message:{role}"}))
         elif rtype == "compaction":
@@ -167,7 +171,7 @@ def parse_records(
         yield from facts
 
 
-def _assistant(message: dict[str, Any], key: str, obs: Any) -> list[Observation]:
+def _assistant(message: dict[str, Any], key: str, obs: Any, calls: CallCounter) -> list[Observation]:
     content = message.get("content")
     blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
     model = as_str(message.get("model"))
@@ -187,18 +191,19 @@ def _assistant(message: dict[str, Any], key: str, obs: Any) -> list[Observation]
         if b.get("type") != "toolCall":
             continue
         tid = as_str(b.get("id")) or f"{key}#{i}"
-        facts.append(
-            obs(
-                "ToolCallStarted",
-                {
-                    "tool_use_id": tid,
-                    "tool_name": as_str(b.get("name")) or "(unknown)",
-                    "tool_input": b.get("arguments"),
-                    "message_id": key,
-                },
-                f"tool:{tid}:start",
-            )
+        name = as_str(b.get("name")) or "(unknown)"
+        start = obs(
+            "ToolCallStarted",
+            {
+                "tool_use_id": tid,
+                "tool_name": name,
+                "tool_input": b.get("arguments"),
+                "message_id": key,
+            },
+            f"tool:{tid}:start",
         )
+        start.extra["call_alias"] = calls.alias(name, b.get("arguments"), call_id=tid)
+        facts.append(start)
     usage = message.get("usage")
     if isinstance(usage, dict):
         tokens = usage_from_openclaw(usage)
