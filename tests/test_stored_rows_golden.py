@@ -37,7 +37,17 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "1243616c4ce02c85cf095cea9ac82064104c6449f0a1290a46e7403bb6d37d62"
+EXPECTED_SHA256 = "cc2568fad34b4ab34eb751163216e3f987a0da6a2dcaaa14794a151a00a2bb27"
+# Re-derived on 2026-11-25, last (after the merge-pairing merge): a Claude Code (and
+# OpenClaw) transcript's facts name the prompt they follow by its ``prompt:`` alias, the
+# key the hooks' copy of that prompt shares, so a transcript imported after the hooks
+# (as here) puts them in that prompt's batch. Before, the hooks' prompt was not found by
+# the transcript's own record key and every fact fell into the latest batch. The same
+# 7,377 rows at the same positions; compared row by row, 1,022 differ in content, all in
+# two attio sessions: 3094b661 (841 rows: batch 3 -> 1; 795 of them keep WAITING instead
+# of moving the session to PROCESSING, being history of an ended turn) and 511c0b4b (181
+# rows: batch 3 -> 1 or 2; 3 rows PROCESSING where they were WAITING), plus 30 rows of
+# 511c0b4b that differ only in their digest.
 # Re-derived on 2026-11-25, later (merge-pairing): a completion of a call another source
 # recorded is stored in its start's batch (Session._call_batch), not the batch current
 # when it arrived. The same 7,377 rows; 30 differ in content (``batch`` only), 176 more

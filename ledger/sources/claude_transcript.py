@@ -91,7 +91,9 @@ class TranscriptParser:
         self.parent_of: dict[str, str | None] = {}
         self.sidechain_root: dict[str, str] = {}
         self.task_prompts: dict[str, str] = {}  # Task prompt text -> tool_use_id
-        self.last_prompt_key: dict[str, str] = {}  # session external id -> prompt key
+        self.last_prompt_key: dict[str, str] = {}
+        """Session external id -> the ``prompt:`` alias of its last batch-opening prompt
+        (the facts after it name it, ``after_prompt``: the hooks' copy shares it)."""
         self.calls = CallCounter()
         """``call:{hash}:{n}`` of each tool call, handed over (``extra["call_alias"]``,
         never stored) so a hook's copy of the call without its id (2025 builds) and this
@@ -284,7 +286,7 @@ class TranscriptParser:
             **common,
         )
         if kind in _BATCH_OPENERS:
-            self.last_prompt_key[ref.external_id] = record_key
+            self.last_prompt_key[ref.external_id] = alias
             obs.after_prompt = None
         if kind == "task" and ref.external_id.split("/", 1)[-1].startswith("sidechain-"):
             tool_use_id = self.task_prompts.get(text.strip())

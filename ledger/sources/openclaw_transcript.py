@@ -129,8 +129,8 @@ def parse_records(
                     p.after_prompt = None
                     p.alias_keys = (prompts.alias(ref.external_id, text),)
                     facts.append(p)
-                    if kind == "human":
-                        last_prompt = key
+                    if kind == "human":  # the alias: also the hook's copy of the prompt
+                        last_prompt = p.alias_keys[0]
             elif role == "assistant":
                 facts.extend(_assistant(message, key, obs, calls))
             elif role == "toolResult":
