@@ -3,7 +3,6 @@
 Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds;
 ``cost_usd`` USD):
 
-<<<<<<< HEAD
 * ``POST /v1/hooks/{agent}`` (``claude-code``, ``codex``, ``gemini``, ``cursor``,
   ``openclaw``) — one hook payload, the agent's hook JSON. 202 ``{"appended",
   "duplicates", "positions", "sessions"}``; ``{"error", "rejected": true,
@@ -14,35 +13,26 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
   (:mod:`api.hooks_ingest`, ``docs/hooks.md``).
 * ``POST /v1/journal`` — many hook payloads in the spool's framing (a remote hook's
   spool); 202 ``{"records", "appended", "duplicates", "rejected", "positions"}``.
-* ``GET /v1/sessions`` (``limit`` default 100, at most 1000; ``offset``; ``agent``;
-  ``status``) — ``{"sessions", "limit", "offset"}``, most recent activity first;
-  ``GET /v1/sessions/{id}`` (ledger id, the agent's id or a unique prefix: the session
-  with its batches, tool calls, status history, children and summaries; 404),
+* ``GET /v1/sessions`` (``limit`` default 100, at most 1000, ``0`` lists none;
+  ``offset``; ``agent`` (exact); ``status`` (any case); ``totals=1`` adds ``totals``,
+  sums over every session the filters match (:func:`projections.queries.session_totals`),
+  and ``agents``, the agents that have sessions) — ``{"sessions", "limit", "offset"}``,
+  most recent activity first; ``GET /v1/sessions/{id}`` (ledger id, the agent's id or a
+  unique prefix: the session with its batches, inputs, tool calls, status history,
+  lineage (``parent``, ``spawned_by``, ``subagents``) and summaries; 404),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions, digests and raw
   records), ``/plans`` (:mod:`api.plans`), ``/summaries``.
 * ``POST /v1/sessions/{id}/commands/{command}`` — operator commands
   (:mod:`api.commands`, ``docs/lifecycle.md``).
 * ``GET /v1/search`` (:mod:`api.search`), ``GET /v1/context`` (:mod:`api.context`),
   ``GET /v1/analytics`` and ``/v1/analytics/{query}`` (:mod:`api.analytics`).
-=======
-* ``POST /v1/hooks/{agent}`` — one hook payload. 202 ``{"appended", "duplicates",
-  "positions"}``; 400 ``{"error", "positions"}`` when it cannot be parsed (the body is
-  still recorded as rejected input). Headers ``X-Hookledger-Capture-Key`` (idempotency
-  key assigned once by the hook client), ``X-Hookledger-Captured-At`` and
-  ``X-Hookledger-Redactions`` (:mod:`api.hooks_ingest`).
-* ``GET /v1/sessions`` (``limit``, ``offset``, ``agent`` (exact), ``status`` (any
-  case); ``totals=1`` adds ``totals``, sums over every session the filters match
-  (:func:`projections.queries.session_totals`), and ``agents``, the agents that have
-  sessions; ``limit=0`` lists none), ``GET /v1/sessions/{id}`` (batches, tool calls,
-  status history, lineage: ``parent``, ``spawned_by``, ``subagents``),
-  ``GET /v1/sessions/{id}/events`` (ledger events with positions and digests),
-  ``GET /healthz``.
->>>>>>> fix-viewer
 * ``GET /v1/stream`` — server-sent events (:mod:`api.stream`, ``docs/sse.md``);
   ``GET /`` — the web viewer (:mod:`api.viewer`).
 * ``GET /healthz`` — ``{"ok", "head", "projections": {name: {"position", "lag"}},
   "data_dir_id"}`` (and ``projection_process``, ``error``); 503 when a background
-  thread failed. Open even when a token is required (:mod:`api.access`).
+  thread failed, and 503 ``{"ok": false, "error": "database unavailable: <reason>"}``
+  at once when the database cannot be reached (as any request that needs it).
+  Open even when a token is required (:mod:`api.access`).
 
 The app is the single writer of the SQLite store. Reads answer after the projections
 have applied everything already in the log.

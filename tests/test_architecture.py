@@ -150,3 +150,23 @@ def test_ruff_finds_nothing() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_no_merge_conflict_markers() -> None:
+    """A conflict left in a docstring or a document still imports and lints: look for
+    the markers themselves (api/app.py's endpoint list held both sides of one)."""
+    markers = ("<<<<<<< ", ">>>>>>> ")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for top in ("api", "ledger", "projections", "docs", "scripts", "notebooks", "tests")
+        for path in sorted((ROOT / top).rglob("*"))
+        if path.suffix in (".py", ".md", ".js", ".css", ".html", ".toml")
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if line.startswith(markers)
+    ] + [
+        f"{name}:{n}"
+        for name in ("README.md", "pyproject.toml")
+        for n, line in enumerate((ROOT / name).read_text().splitlines(), 1)
+        if line.startswith(markers)
+    ]
+    assert found == []
