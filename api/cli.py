@@ -47,18 +47,22 @@ def import_cmd(
 ) -> None:
     """Import agent transcripts (files or directories, recursively).
 
-    A path that does not exist is reported as skipped and the others are imported
-    (``import ~/.claude/projects ~/.codex/sessions`` works for a user of one agent);
-    none existing is a usage error."""
+    A path that does not exist, or is neither a file nor a directory, is reported as
+    skipped and the others are imported (``import ~/.claude/projects ~/.codex/sessions``
+    works for a user of one agent); none usable is a usage error."""
     from ledger.importer import auto_workers, discover, import_paths
 
-    missing = [p for p in paths if not p.exists()]
-    if len(missing) == len(paths):
+    unusable = {p: _unusable(p) for p in paths}
+    missing = [(p, why) for p, why in unusable.items() if why]
+    if len(missing) == len(unusable):
         raise click.BadParameter(
-            "no such file or directory: " + ", ".join(map(str, missing)), param_hint="PATHS"
+            "; ".join(f"{p}: {why}" for p, why in missing), param_hint="PATHS"
         )
     services = _services(ctx)
-    files = discover([p for p in paths if p.exists()])
+    try:
+        files = discover([p for p, why in unusable.items() if not why])
+    except FileNotFoundError as e:  # gone since it was checked
+        raise click.ClickException(str(e)) from e
     if workers is None:
         workers = auto_workers(files)
     with click.progressbar(length=len(files), label="importing", file=sys.stderr) as bar:
@@ -66,7 +70,7 @@ def import_cmd(
             services.ledger, files, progress=lambda _p: bar.update(1), workers=workers
         )
     services.runner.catch_up()
-    summary.skipped[:0] = [(str(p), "no such file or directory") for p in missing]
+    summary.skipped[:0] = [(str(p), why) for p, why in missing]
     data = summary.as_dict()
     if as_json:
         _dump(data)
@@ -84,6 +88,15 @@ def import_cmd(
             f"left for the next import: the last line of {left['path']} ({left['bytes']} "
             "bytes), still being written", err=True,
         )
+
+
+def _unusable(path: Path) -> str | None:
+    """Why ``import`` cannot read ``path`` (None: a file or a directory)."""
+    if not path.exists():
+        return "no such file or directory"
+    if not (path.is_file() or path.is_dir()):
+        return "not a file or directory"
+    return None
 
 
 @main.command()

@@ -92,3 +92,5 @@ def test_a_missing_path_is_skipped_and_the_others_imported(settings: Settings, t
     assert again["files"] == out["files"] and again["duplicates_skipped"] > 0
     only_missing = cli(settings, "import", str(gone), check=False)
     assert only_missing.returncode == 2 and b"no such file or directory" in only_missing.stderr
+    device = json.loads(cli(settings, "import", "--json", "/dev/null", str(SHORT.parent)).stdout)
+    assert device["files_skipped"] == [{"path": "/dev/null", "reason": "not a file or directory"}]
