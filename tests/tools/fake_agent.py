@@ -64,6 +64,8 @@ for n, line in enumerate(lines):
     if args.interrupt and n == 0:
         if args.on_interrupt != "die":
             signal.signal(signal.SIGINT, interrupted)
+        else:  # Python's own handler, also when SIGINT came ignored (a job started with &)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         open(args.interrupt, "w").close()
         deadline = time.monotonic() + 20
         while os.path.getsize(args.interrupt) == 0:
