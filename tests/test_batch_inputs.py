@@ -15,6 +15,7 @@ from conftest import FIXTURES, cli
 
 TWO = FIXTURES / "agentcmd-claude-transcripts" / "full-session-two.jsonl"
 DRIFT = FIXTURES / "agent-sessions-schema-drift" / "claude_schema_drift.jsonl"
+LOCAL = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"  # a local /model
 
 
 def _texts(record: dict[str, Any]) -> list[str]:
@@ -32,9 +33,12 @@ def _expected(path: Path) -> list[tuple[str, str]]:
     found = []
     for line in path.read_text().splitlines():
         record = json.loads(line) if line.strip() else {}
-        if record.get("type") != "user" or record.get("isMeta"):
+        if record.get("type") == "system" and record.get("subtype") == "local_command":
+            text = record.get("content", "")  # Claude Code 2.1.x: /model, /mcp
+        elif record.get("type") != "user" or record.get("isMeta"):
             continue
-        text = "\n".join(_texts(record))
+        else:
+            text = "\n".join(_texts(record))
         name = re.search(r"<command-name>\s*(/?[^<\s]+)\s*</command-name>", text)
         if name:
             args = re.search(r"<command-args>([^<]*)</command-args>", text)
@@ -61,8 +65,8 @@ def _session_ids(path: Path) -> list[str]:
 
 
 def test_slash_commands_and_task_notifications_are_kept_in_their_batch(settings: Settings) -> None:
-    cli(settings, "import", str(TWO), str(DRIFT))
-    for path in (TWO, DRIFT):
+    cli(settings, "import", str(TWO), str(DRIFT), str(LOCAL))
+    for path in (TWO, DRIFT, LOCAL):
         expected = _expected(path)
         assert expected, path  # the fixture holds some
         (sid,) = _session_ids(path)

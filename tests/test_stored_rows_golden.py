@@ -37,7 +37,13 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "cc2568fad34b4ab34eb751163216e3f987a0da6a2dcaaa14794a151a00a2bb27"
+EXPECTED_SHA256 = "cfd1e201c64bc51e7eed80c149fa1df8e0cdb7aa8ab7363f82f966593de6ac58"
+# Re-derived on 2026-11-25, at the very end: Claude Code 2.1.x writes a local slash
+# command (/model, /mcp) as a ``system`` record of subtype ``local_command``; one whose
+# content names a command is now a PromptSubmitted of kind ``command`` (text ``/name
+# args``), as the same command written as a user record always was, instead of a
+# RecordObserved. The same 7,377 rows at the same positions: 2 change kind (one in each
+# of two spotter sessions), 24 more after them differ only in their digest.
 # Re-derived on 2026-11-25, last (after the merge-pairing merge): a Claude Code (and
 # OpenClaw) transcript's facts name the prompt they follow by its ``prompt:`` alias, the
 # key the hooks' copy of that prompt shares, so a transcript imported after the hooks

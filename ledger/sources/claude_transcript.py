@@ -269,6 +269,20 @@ class TranscriptParser:
             if ref.external_id not in self.child_prompted:
                 kind = "task"
             self.child_prompted.add(ref.external_id)
+        return self._prompt(rec, ref, record_key, common, kind, text)
+
+    def _prompt(
+        self,
+        rec: dict[str, Any],
+        ref: SessionRef,
+        record_key: str,
+        common: dict[str, Any],
+        kind: str,
+        text: str,
+    ) -> list[Observation]:
+        """The ``PromptSubmitted`` of one input (``kind``: the prompt kind of
+        :func:`classify_prompt`, or ``task``), with the alias ``prompt:{hash}:{n}`` a
+        hook's copy shares; a subagent's task prompt also links its sidechain."""
         thash = text_hash(text)
         n = self.prompt_counts.get((ref.external_id, thash), 0) + 1
         self.prompt_counts[(ref.external_id, thash)] = n
@@ -426,6 +440,12 @@ class TranscriptParser:
                     **common,
                 )
             ]
+        if subtype == "local_command":  # 2.1.x writes a local slash command (/model, /mcp) so
+            content = rec.get("content")
+            kind, text = classify_prompt([content]) if isinstance(content, str) else ("other", "")
+            if kind == "command":  # its output (<local-command-stdout>) is no input
+                return self._prompt(rec, ref, record_key, common, kind, text)
+            return []
         if subtype == "turn_duration":
             return [
                 Observation(
