@@ -79,7 +79,7 @@ def import_cmd(
         f"{data['files']} files: {data['sessions_added']} sessions added "
         f"({data['sessions_touched']} touched), {data['events_appended']} events appended, "
         f"{data['duplicates_skipped']} duplicates skipped, {data['rejected']} lines rejected"
-        + (f" (parsed by {data['parse_processes']} worker process(es))" if workers else "")
+        + (f" (parsed by {data['parse_processes']} process(es): this one and {workers} worker(s))" if workers else "")
     )
     for skipped in data["files_skipped"]:  # type: ignore[union-attr]
         click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)
