@@ -13,6 +13,7 @@ payloads are POSTed to a real ``hookledger serve`` process.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,28 @@ from conftest import FIXTURES, Server, cli
 
 CHAT = FIXTURES / "agentcmd-gemini-sessions" / "session-2025-10-29T10-36-453aa339.json"
 OPENCLAW = FIXTURES / "agent-sessions-schema-drift" / "openclaw_session_small.jsonl"
+
+
+def _in_either_order(
+    services: Services, agent: str, hooks: list[dict[str, Any]], prefix: str, path: Path,
+    hooks_first: bool,
+) -> Callable[[], int]:
+    """Deliver ``hooks`` (capture keys ``{prefix}-{i}``) and import ``path``, in the order
+    asked; returns the delivery, to repeat it (it gives the events it appended)."""
+
+    def deliver() -> int:
+        return sum(
+            ingest_hook(services.ledger, agent, orjson.dumps(h), f"{prefix}-{i}").result.appended
+            for i, h in enumerate(hooks)
+        )
+
+    if hooks_first:
+        deliver()
+        import_paths(services.ledger, [path])
+    else:
+        import_paths(services.ledger, [path])
+        deliver()
+    return deliver
 
 
 def _row(services: Services, external_id: str) -> dict[str, Any]:
@@ -205,18 +228,7 @@ def test_gemini_hook_calls_and_the_chat_files_calls_are_one_call_each(
                        "tool_response": {"llmContent": "ok", "returnDisplay": ""}}]
     assert len(hooks) == 6
 
-    def deliver() -> int:
-        return sum(
-            ingest_hook(services.ledger, "gemini", orjson.dumps(h), f"gem-{i}").result.appended
-            for i, h in enumerate(hooks)
-        )
-
-    if hooks_first:
-        deliver()
-        import_paths(services.ledger, [CHAT])
-    else:
-        import_paths(services.ledger, [CHAT])
-        deliver()
+    deliver = _in_either_order(services, "gemini", hooks, "gem", CHAT, hooks_first)
     detail = _row(services, sid)
     assert detail["tool_call_count"] == 3 == len(detail["tool_calls"])
     assert sorted(c["tool_name"] for c in detail["tool_calls"]) == ["read_file", "read_file", "replace"]
@@ -574,18 +586,7 @@ def test_openclaw_hook_call_without_id_and_the_transcripts_call_are_one_call(
     for p in hooks:
         p["event"].pop("toolCallId", None)
 
-    def deliver() -> int:
-        return sum(
-            ingest_hook(services.ledger, "openclaw", orjson.dumps(p), f"oc-{i}").result.appended
-            for i, p in enumerate(hooks)
-        )
-
-    if hooks_first:
-        deliver()
-        import_paths(services.ledger, [OPENCLAW])
-    else:
-        import_paths(services.ledger, [OPENCLAW])
-        deliver()
+    deliver = _in_either_order(services, "openclaw", hooks, "oc", OPENCLAW, hooks_first)
     detail = _row(services, sid)
     assert detail["tool_call_count"] == 1
     assert [(c["tool_name"], c["status"]) for c in detail["tool_calls"]] == [("shell_exec", "completed")]
