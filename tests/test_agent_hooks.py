@@ -60,6 +60,20 @@ def _in_either_order(
     return deliver
 
 
+class _OpenClawSender:
+    """Ingests OpenClaw hook payloads in order, capture keys ``oc-1``, ``oc-2`` … unless
+    ``key`` names one (a redelivery); each must be accepted."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.n = 0
+
+    def __call__(self, *payloads: dict[str, Any], key: str | None = None) -> None:
+        for p in payloads:
+            self.n += 1
+            out = ingest_hook(self.services.ledger, "openclaw", orjson.dumps(p), key or f"oc-{self.n}")
+            assert out.error is None, out.error
+
 def _row(services: Services, external_id: str) -> dict[str, Any]:
     services.runner.catch_up()
     sid = queries.find_session_id(services.models, external_id)
@@ -648,14 +662,7 @@ def test_openclaw_prompt_without_session_id_joins_the_session_its_key_names(
     session named after the key. The first session id is the real transcript's."""
     sid = json.loads(OPENCLAW.read_text().splitlines()[0])["id"]
     sid2 = "5b0e1f7a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
-    n = 0
-
-    def send(*payloads: dict[str, Any], key: str | None = None) -> None:
-        nonlocal n
-        for p in payloads:
-            n += 1
-            out = ingest_hook(services.ledger, "openclaw", orjson.dumps(p), key or f"oc-{n}")
-            assert out.error is None, out.error
+    send = _OpenClawSender(services)
 
     first = _upstream_turn(sid, "r1", "List files")
     send(_start(sid), *first)
@@ -781,14 +788,7 @@ def test_openclaw_new_with_text_gives_the_new_session_its_first_prompt(
         for r in map(json.loads, large.read_text().splitlines())
         if r["type"] == "message" and r["message"]["role"] == "user"
     )
-    n = 0
-
-    def send(*payloads: dict[str, Any], key: str | None = None) -> None:
-        nonlocal n
-        for p in payloads:
-            n += 1
-            out = ingest_hook(services.ledger, "openclaw", orjson.dumps(p), key or f"oc-{n}")
-            assert out.error is None, out.error
+    send = _OpenClawSender(services)
 
     def end(sid: str, reason: str, nxt: str) -> dict[str, Any]:
         return {"hook": "session_end",
