@@ -171,7 +171,7 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
 def _echo_activity(found: dict[str, Any], batches: set[int]) -> None:
     """The tool calls and the inputs that open no batch (slash commands, task
     notifications) of ``batches``, in log order."""
-    items: list[tuple[float, str]] = []
+    items: list[tuple[int, str]] = []
     for c in found["tool_calls"]:
         if c["batch"] in batches:
             mark = "!" if c["is_error"] else " "

@@ -28,6 +28,7 @@ import orjson
 from sse_starlette import ServerSentEvent
 
 from api.bootstrap import Services
+from ledger.observation import BATCH_OPENERS
 from ledger.quarantine import Quarantine
 from ledger.session import Session
 from projections.base import iso
@@ -46,7 +47,6 @@ SECTION_LIMIT = 500
 IDENTITIES_KEPT = 100_000
 """Sessions whose cwd and external id the broadcaster keeps in memory (then starts over)."""
 
-_OPENS = ("human", "task")
 _SUMMARY_FIELDS = ("tool_use_id", "tool_name", "is_error", "duration_ms", "prompt_kind", "reason")
 
 
@@ -276,7 +276,7 @@ def _closed_batches(event: Any) -> list[tuple[int, str | None]]:
             return [(event.batch, None)]
         case Session.Ended() if event.batch >= 1:
             return [(event.batch, "session_end")]
-        case Session.PromptSubmitted() if event.batch > 1 and event.prompt_kind in _OPENS:
+        case Session.PromptSubmitted() if event.batch > 1 and event.prompt_kind in BATCH_OPENERS:
             return [(event.batch - 1, "next_prompt")]
         case _:
             return []

@@ -22,6 +22,10 @@ SESSION_NAMESPACE = uuid.UUID("6f1c2a52-39a4-4bb5-8a4e-0c5a3d1f9b21")
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 """The four token counts of a ``UsageRecorded`` (Anthropic's convention, docs/cost.md)."""
 
+BATCH_OPENERS = ("human", "task")
+"""Prompt kinds that open a prompt batch: a person's prompt, a subagent's task prompt.
+Any other (``command``: a slash command; ``task_notification``) arrives in a batch."""
+
 
 def session_id(agent: str, external_id: str) -> uuid.UUID:
     """Deterministic aggregate id: ``uuid5(NAMESPACE, f"{agent}:{external_id}")``."""

@@ -20,7 +20,7 @@ from eventsourcing.utils import get_topic
 
 from ledger.envelope import LedgerEvent, MemoryObservation, Redaction, seal, start_stream
 from ledger.lifecycle import ENDED_STATES, Liveness, SessionStatus
-from ledger.observation import TOKENS, Observation, call_hash
+from ledger.observation import BATCH_OPENERS, TOKENS, Observation, call_hash
 
 S = SessionStatus
 
@@ -961,7 +961,7 @@ class Session(BaseAggregate[UUID]):
 
 def opens_batch(data: dict[str, Any]) -> bool:
     """Human prompts and subagent task prompts open a prompt batch."""
-    return data.get("prompt_kind", "human") in ("human", "task")
+    return data.get("prompt_kind", "human") in BATCH_OPENERS
 
 
 PROMPT_CAPTURED_AGAIN = "prompt captured again"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.lifecycle import DECISION_KINDS
+from ledger.observation import BATCH_OPENERS
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
@@ -31,11 +32,6 @@ _CASES = (
 """The classes :meth:`BatchesProjection.apply_all` has a case for."""
 _KIND: dict[type, tuple[bool, bool, bool, bool, bool, bool, bool]] = {}
 
-
-_OPENERS = ("human", "task")
-"""Prompt kinds that open a batch (:func:`ledger.session.opens_batch`); a prompt of any
-other kind (a slash command, a background task's notification) is a ``batch_inputs``
-row of the batch it arrived in."""
 
 _SETTLING = (Session.TurnEnded, Session.Ended, Session.RunEnded, Session.TimedOut)
 """Classes that end a batch's activity (with ``BatchClosed``, ``ActivitiesAttached`` and
@@ -93,14 +89,14 @@ class BatchesProjection(Projection):
             row = (held.get(key) or rows.get("prompt_batches", key)) if event.batch >= 1 else None
             if usage:
                 self._usage(rows, sid, row, event)
-            elif prompt and event.prompt_kind not in _OPENERS:
+            elif prompt and event.prompt_kind not in BATCH_OPENERS:
                 inputs.append((
                     sid, position, event.batch, event.prompt_kind, event.text, event_time(event)
                 ))
             if event.batch < 1:
                 continue
             if row is None:
-                if not (prompt and event.prompt_kind in _OPENERS):
+                if not (prompt and event.prompt_kind in BATCH_OPENERS):
                     continue
                 at = event_time(event)
                 self._close(rows, (sid, event.batch - 1), at, "next_prompt", position)

@@ -36,6 +36,7 @@ from typing import Any
 
 from sqlalchemy import bindparam
 
+from ledger.observation import BATCH_OPENERS
 from ledger.session import Session
 from ledger.summary import MAX_ITEMS
 from projections.base import Batch, Companion, Projection, event_time
@@ -44,7 +45,6 @@ from projections.rows import RowCache
 MAX_BODY = 8_000
 """Characters of one document that are stored and indexed."""
 TITLE_CHARS = 160
-PROMPT_KINDS = frozenset({"human", "task"})
 FTS_CONFIG = "english"
 """PostgreSQL text search configuration (SQLite: the ``porter`` tokenizer)."""
 PG_SEPARATORS = r"[!-/:-@[-`{-~\s]+"
@@ -164,7 +164,7 @@ class SearchProjection(Projection):
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
         if isinstance(event, Session.PromptSubmitted):
-            if event.prompt_kind in PROMPT_KINDS and event.text.strip():
+            if event.prompt_kind in BATCH_OPENERS and event.text.strip():
                 self._put(rows, event, position, f"prompt:{position}", "prompt", _line(event.text), event.text)
         elif isinstance(event, Session.ToolCallStarted):
             body = searchable_text(event.tool_input)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.lifecycle import ENDED_STATES, NOT_ACTIVITY, SessionStatus
-from ledger.observation import TOKENS
+from ledger.observation import BATCH_OPENERS, TOKENS
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.pricing import cost_usd
@@ -165,7 +165,7 @@ class SessionsProjection(Projection):
             if not has_case:
                 continue
             match event:
-                case Session.PromptSubmitted() if event.prompt_kind in ("human", "task"):
+                case Session.PromptSubmitted() if event.prompt_kind in BATCH_OPENERS:
                     row["prompt_count"] += 1
                 case Session.ToolCallStarted():
                     row["tool_call_count"] += 1

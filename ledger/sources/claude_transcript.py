@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from ledger import jsontext
-from ledger.observation import Observation, Rejected, SessionRef, json_hash
+from ledger.observation import BATCH_OPENERS, Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import CallCounter
 from ledger.sources.claude_common import (
@@ -55,7 +55,6 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
         }
     )
 }
-_BATCH_OPENERS = ("human", "task")
 
 
 def parse_records(
@@ -299,7 +298,7 @@ class TranscriptParser:
             alias_keys=(alias,),
             **common,
         )
-        if kind in _BATCH_OPENERS:
+        if kind in BATCH_OPENERS:
             self.last_prompt_key[ref.external_id] = alias
             obs.after_prompt = None
         if kind == "task" and ref.external_id.split("/", 1)[-1].startswith("sidechain-"):
