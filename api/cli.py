@@ -39,18 +39,31 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
     type=click.IntRange(min=0),
     default=None,
     help="Processes that parse files while this one records, in the same order "
-    "(0: parse here; default: 1 for 8 MiB of input or more on two CPUs or more, else 0).",
+    "(0: parse here; default: 1 for 8 MiB of input to read or more on two CPUs or more, "
+    "else 0).",
+)
+@click.option(
+    "--reread", is_flag=True,
+    help="Read every file, also those recorded whole by an earlier import and unchanged "
+    "since (skipped unread by default).",
 )
 @click.pass_context
 def import_cmd(
-    ctx: click.Context, paths: tuple[Path, ...], as_json: bool, workers: int | None
+    ctx: click.Context, paths: tuple[Path, ...], as_json: bool, workers: int | None,
+    reread: bool,
 ) -> None:
     """Import agent transcripts (files or directories, recursively).
 
     A path that does not exist, or is neither a file nor a directory, is reported as
     skipped and the others are imported (``import ~/.claude/projects ~/.codex/sessions``
-    works for a user of one agent); none usable is a usage error."""
-    from ledger.importer import auto_workers, discover, import_paths
+    works for a user of one agent); none usable is a usage error.
+
+    A file recorded whole by an earlier import into this store and unchanged since
+    (same size, modification time and inode, same hookledger code) is not read again;
+    the data directory's ``imported-files.db`` remembers them (a cache: deleting it, or
+    ``--reread``, reads everything)."""
+    from ledger.imported_files import FILE_NAME, ImportedFiles
+    from ledger.importer import discover, import_paths
 
     unusable = {p: _unusable(p) for p in paths}
     missing = [(p, why) for p, why in unusable.items() if why]
@@ -63,11 +76,14 @@ def import_cmd(
         files = discover([p for p, why in unusable.items() if not why])
     except FileNotFoundError as e:  # gone since it was checked
         raise click.ClickException(str(e)) from e
-    if workers is None:
-        workers = auto_workers(files)
-    with click.progressbar(length=len(files), label="importing", file=sys.stderr) as bar:
+    settings = ctx.obj["settings"]
+    with (
+        ImportedFiles(settings.data_dir / FILE_NAME, services.ledger, settings.store_identity()) as imported,
+        click.progressbar(length=len(files), label="importing", file=sys.stderr) as bar,
+    ):
         summary = import_paths(
-            services.ledger, files, progress=lambda _p: bar.update(1), workers=workers
+            services.ledger, files, progress=lambda _p: bar.update(1), workers=workers,
+            imported=None if reread else imported,
         )
     services.runner.catch_up()
     summary.skipped[:0] = [(str(p), why) for p, why in missing]
@@ -75,11 +91,13 @@ def import_cmd(
     if as_json:
         _dump(data)
         return
+    unchanged = data["files_unchanged"]
+    unchanged = f" ({unchanged} more unchanged since their last import: not read)" if unchanged else ""
     click.echo(
-        f"{data['files']} files: {data['sessions_added']} sessions added "
+        f"{data['files']} files{unchanged}: {data['sessions_added']} sessions added "
         f"({data['sessions_touched']} touched), {data['events_appended']} events appended, "
         f"{data['duplicates_skipped']} duplicates skipped, {data['rejected']} lines rejected"
-        + (f" (parsed by {data['parse_processes']} process(es): this one and {workers} worker(s))" if workers else "")
+        + (f" (parsed by {data['parse_processes']} process(es))" if data["parse_processes"] > 1 else "")
     )
     for skipped in data["files_skipped"]:  # type: ignore[union-attr]
         click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)

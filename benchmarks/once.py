@@ -4,13 +4,16 @@ directory — for A/B runs of two commits at the same moment on a noisy machine:
     .venv/bin/python benchmarks/once.py /tmp/corpus            # builds the corpus if missing
     .venv/bin/python benchmarks/once.py /tmp/corpus --workers 1   # one parsing worker
     .venv/bin/python benchmarks/once.py /tmp/corpus --rebuild sessions   # then one rebuild
+    .venv/bin/python benchmarks/once.py /tmp/corpus --reimport   # then two re-imports
     git worktree add /tmp/old <commit>
     (cd /tmp/old && PYTHONPATH=. /work/main/.venv/bin/python /work/main/benchmarks/once.py /tmp/corpus)
 
 Prints events appended, import events/s and events per CPU-second of this process and
 its ended children, the import's parsing workers (less disturbed by other load than wall
 time), with the user and system seconds of each, catch-up (all projections) events/s, and
-with ``--rebuild NAME`` the events/s of rebuilding that projection.
+with ``--rebuild NAME`` the events/s of rebuilding that projection, with ``--reimport``
+the seconds of re-importing the unchanged corpus through the imported-files cache
+(:mod:`ledger.imported_files`: nothing read) and without it (every file read again).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path.cwd()))  # the checkout under test, not this file's
 
 from api.bootstrap import build
 from ledger.config import Settings
+from ledger.imported_files import FILE_NAME, ImportedFiles
 from ledger.importer import import_paths
 
 
@@ -36,6 +40,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="parsing processes (import_paths)")
     ap.add_argument("--rebuild", metavar="NAME", action="append", default=[],
                     help="then time `projections rebuild NAME` (repeatable)")
+    ap.add_argument("--reimport", action="store_true",
+                    help="import through the imported-files cache, then time a second "
+                    "import of the unchanged corpus with it and a third without it (--reread)")
     args = ap.parse_args()
     corpus = args.corpus
     if not corpus.exists():
@@ -46,8 +53,11 @@ def main() -> None:
     data = Path(tempfile.mkdtemp())
     try:
         services = build(Settings(data))
+        files_cache = ImportedFiles(data / FILE_NAME, services.ledger, "bench") if args.reimport else None
         t, before = time.perf_counter(), os.times()
-        appended = import_paths(services.ledger, [corpus], workers=args.workers).result.appended
+        appended = import_paths(
+            services.ledger, [corpus], workers=args.workers, imported=files_cache
+        ).result.appended
         imported, after = time.perf_counter() - t, os.times()
         user, system = after.user - before.user, after.system - before.system
         child_user = after.children_user - before.children_user
@@ -56,6 +66,14 @@ def main() -> None:
         t = time.perf_counter()
         services.runner.catch_up()
         caught_up = time.perf_counter() - t
+        reimported = []
+        if files_cache is not None:
+            for label, cache in (("unchanged", files_cache), ("--reread", None)):
+                t = time.perf_counter()
+                again = import_paths(services.ledger, [corpus], workers=args.workers, imported=cache)
+                assert again.result.appended == 0
+                reimported.append(f", re-import ({label}) {time.perf_counter() - t:.2f} s")
+            files_cache.close()
         rebuilt = []
         for name in args.rebuild:
             t = time.perf_counter()
@@ -66,7 +84,7 @@ def main() -> None:
             f"{appended} events: import {appended / imported:,.0f}/s"
             f" ({appended / imported_cpu:,.0f}/CPU-s; user {user:.2f} s, system {system:.2f} s,"
             f" workers {child_user:.2f} s + {child_system:.2f} s),"
-            f" catch-up {appended / caught_up:,.0f}/s" + "".join(rebuilt)
+            f" catch-up {appended / caught_up:,.0f}/s" + "".join(reimported) + "".join(rebuilt)
         )
     finally:
         shutil.rmtree(data)

@@ -2,7 +2,8 @@
 
 Files are read whole, parsed by the source module of their format and recorded with
 :meth:`ledger.app.Ledger.record`; re-importing a file appends nothing (idempotency
-keys), and a grown file appends only what is new.
+keys), and a grown file appends only what is new. A file recorded whole before and
+unchanged since is not read again (:mod:`ledger.imported_files`).
 
 A large import parses in worker processes (``workers``) while this process records:
 reading, parsing and privacy at capture are about 40 % of an import's CPU, so on two
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from ledger.app import Ledger, RecordResult
 from ledger.gcpause import gc_paused
+from ledger.imported_files import ImportedFiles
 from ledger.observation import Observation, Rejected
 from ledger.parsing import ParsedFile, discover, parse_run
 
@@ -40,13 +42,16 @@ RUNS_AHEAD = 3
 
 @dataclass
 class ImportSummary:
-    """What :func:`import_paths` did: ``files`` imported, ``metadata_files`` read beside
-    them (a subagent's ``agent-<id>.meta.json``), ``skipped`` ``(path, reason)`` pairs,
-    the combined :class:`~ledger.app.RecordResult` (events appended, duplicates,
+    """What :func:`import_paths` did: ``files`` imported, ``unchanged`` ones skipped
+    unread, ``metadata_files`` read beside them (a subagent's ``agent-<id>.meta.json``),
+    ``skipped`` ``(path, reason)`` pairs, the combined :class:`~ledger.app.RecordResult` (events appended, duplicates,
     rejected lines, sessions), and which processes parsed. :meth:`as_dict` is the
     ``hookledger import --json`` object."""
 
     files: int = 0
+    unchanged: int = 0
+    """Files skipped unread: recorded whole before, unchanged since
+    (:class:`~ledger.imported_files.ImportedFiles`)."""
     metadata_files: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     result: RecordResult = field(default_factory=RecordResult)
@@ -59,6 +64,7 @@ class ImportSummary:
     def as_dict(self) -> dict[str, object]:
         return {
             "files": self.files,
+            "files_unchanged": self.unchanged,
             "metadata_files": self.metadata_files,
             "sessions_added": self.result.sessions_created,
             "sessions_touched": len(self.result.sessions),
@@ -76,7 +82,8 @@ def import_paths(
     paths: Iterable[str | Path],
     progress: Callable[[Path], None] | None = None,
     *,
-    workers: int = 0,
+    workers: int | None = 0,
+    imported: ImportedFiles | None = None,
 ) -> ImportSummary:
     """Import every agent file under ``paths``; a file of no known format, or one that
     cannot be read, is listed in ``skipped`` with the reason and never stops the rest.
@@ -93,20 +100,34 @@ def import_paths(
     ``Ledger.record`` call, so few transactions). ``progress(path)`` is called once per
     file, after its run was recorded.
 
+    ``imported``: the files recorded whole by earlier imports
+    (:class:`~ledger.imported_files.ImportedFiles`): those unchanged since are skipped
+    unread (counted in ``unchanged``, and passed to ``progress``), and each file this
+    import records whole is remembered there. None: every file is read.
+
     ``workers`` > 0 parses the runs in that many spawned processes (not forked: this
     process may hold threads and open connections) while this one records them; the
-    log comes out the same, position for position. :func:`auto_workers` picks the
-    number from the input's size.
+    log comes out the same, position for position. None: :func:`auto_workers` picks the
+    number from the size of the files to read.
 
     Raises:
         FileNotFoundError: a path does not exist.
         ValueError: ``workers`` < 0.
         Whatever the event store raises.
     """
-    if workers < 0:
+    if workers is not None and workers < 0:
         raise ValueError(f"workers must be 0 or more, not {workers}")
     files = discover(paths)
     summary = ImportSummary()
+    if imported is not None:
+        unchanged = imported.unchanged(files)
+        summary.unchanged = len(unchanged)
+        files = [f for f in files if f not in unchanged]
+        if progress is not None:
+            for f in sorted(unchanged):
+                progress(f)
+    if workers is None:
+        workers = auto_workers(files)
     with gc_paused():
         if workers and len(files) > 1:
             runs: Iterable[list[ParsedFile]] = _parsed_by_workers(files, workers)
@@ -114,6 +135,8 @@ def import_paths(
             runs = map(parse_run, _runs(files))
         for run in runs:
             _record(ledger, run, summary, progress)
+            if imported is not None:
+                imported.remember(run)
     return summary
 
 

@@ -179,10 +179,8 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
     elif fmt in stream_formats.FORMATS:
         yield from stream_formats.parse(fmt, path, data)
     elif fmt == "claude-code.transcript":
-        meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
-        agent_type, redactions = (
-            _meta_agent_type(meta) if path.name.startswith("agent-") else (None, [])
-        )
+        meta = companion(path)
+        agent_type, redactions = _meta_agent_type(meta) if meta is not None else (None, [])
         facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
         yield from _record_meta_redactions(facts, agent_type, redactions) if redactions else facts
     elif fmt == "claude-code.transcript-array":
@@ -201,6 +199,38 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
         yield from claude_transcript.parse_array(records, source)
     else:
         raise ValueError("not a recognised agent transcript")
+
+
+def companion(path: Path) -> Path | None:
+    """The other file the parser of ``path`` reads, if any: a Claude Code subagent
+    transcript's ``agent-<id>.meta.json`` (its ``agentType``), whether or not it exists."""
+    if path.name.startswith("agent-") and path.suffix == ".jsonl":
+        return path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
+    return None
+
+
+def fingerprint(path: Path) -> str | None:
+    """What the file system tells of the bytes an import of ``path`` reads: device,
+    inode, size and modification time (ns) of ``path`` and of its :func:`companion`
+    (``-`` when it has none or it does not exist), as one string; None when ``path``
+    itself cannot be stat'ed. A file rewritten in place to the same size within the
+    same nanosecond keeps its fingerprint (``import --reread`` reads it anyway)."""
+    try:
+        parts = [_stat_text(path)]
+    except OSError:
+        return None
+    meta = companion(path)
+    if meta is not None:
+        try:
+            parts.append(_stat_text(meta))
+        except OSError:
+            parts.append("-")
+    return " ".join(parts)
+
+
+def _stat_text(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _meta_agent_type(meta: Path) -> tuple[str | None, list[dict[str, Any]]]:
@@ -231,7 +261,8 @@ def _record_meta_redactions(
 class ParsedFile(NamedTuple):
     """What was read from one file: its facts, or why it was skipped (facts read before
     the error are kept), the process that parsed it, and the bytes of a last line still
-    being written that were left unread (:func:`unfinished_tail`)."""
+    being written that were left unread (:func:`unfinished_tail`), and the file's
+    :func:`fingerprint`."""
 
     path: Path
     facts: list[Observation | Rejected]
@@ -239,6 +270,8 @@ class ParsedFile(NamedTuple):
     metadata: bool
     parsed_by: int
     unfinished: int = 0
+    fingerprint: str | None = None
+    """:func:`fingerprint` of the file taken before it was read."""
 
 
 def parse_one(path: Path) -> ParsedFile:
@@ -250,13 +283,14 @@ def parse_one(path: Path) -> ParsedFile:
         return ParsedFile(path, [], None, True, pid)
     facts: list[Observation | Rejected] = []
     unfinished = 0
+    before = fingerprint(path)  # before reading: a file that grows meanwhile differs
     try:
         data = read_file(path)
         unfinished = unfinished_tail(path, data)
         facts.extend(parse_data(path, data[: len(data) - unfinished]))
     except (ValueError, OSError) as e:  # unknown format, unreadable file
-        return ParsedFile(path, facts, str(e), False, pid, unfinished)
-    return ParsedFile(path, facts, None, False, pid, unfinished)
+        return ParsedFile(path, facts, str(e), False, pid, unfinished, before)
+    return ParsedFile(path, facts, None, False, pid, unfinished, before)
 
 
 def parse_run(paths: list[Path]) -> list[ParsedFile]:

@@ -88,7 +88,7 @@ def test_parsing_workers_give_the_same_log_and_read_models(
 
 def test_a_second_import_with_workers_appends_nothing(settings: Settings) -> None:
     first = json.loads(cli(settings, "import", "--workers", "1", "--json", str(FIXTURES)).stdout)
-    again = json.loads(cli(settings, "import", "--workers", "1", "--json", str(FIXTURES)).stdout)
+    again = json.loads(cli(settings, "import", "--workers", "1", "--reread", "--json", str(FIXTURES)).stdout)
     assert first["events_appended"] > 5000 and first["parse_processes"] >= 1
     assert again["events_appended"] == 0
     assert again["duplicates_skipped"] > first["duplicates_skipped"]

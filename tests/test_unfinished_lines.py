@@ -19,8 +19,8 @@ from conftest import FIXTURES, cli
 SHORT = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
 
 
-def _import(settings: Settings, path: Path) -> dict[str, object]:
-    return json.loads(cli(settings, "import", "--json", str(path)).stdout)
+def _import(settings: Settings, path: Path, *flags: str) -> dict[str, object]:
+    return json.loads(cli(settings, "import", "--json", *flags, str(path)).stdout)
 
 
 def _stats(settings: Settings) -> dict[str, int]:
@@ -72,7 +72,7 @@ def test_a_last_line_that_stays_cut_is_rejected_once(settings: Settings, tmp_pat
     first = _import(settings, path)
     assert first["unfinished_lines_left"] == []
     assert first["rejected"] == 1
-    again = _import(settings, path)
+    again = _import(settings, path, "--reread")  # read again (not skipped as unchanged)
     assert again["rejected"] == 1 and again["events_appended"] == 0  # seen, not added
     assert _stats(settings)["rejected"] == 1
 
@@ -87,7 +87,7 @@ def test_a_missing_path_is_skipped_and_the_others_imported(settings: Settings, t
     # ``import ~/.claude/projects ~/.codex/sessions`` by a user of one agent
     gone = tmp_path / "no-codex-here"
     out = _import(settings, SHORT.parent)
-    again = json.loads(cli(settings, "import", "--json", str(gone), str(SHORT.parent)).stdout)
+    again = json.loads(cli(settings, "import", "--json", "--reread", str(gone), str(SHORT.parent)).stdout)
     assert again["files_skipped"] == [{"path": str(gone), "reason": "no such file or directory"}]
     assert again["files"] == out["files"] and again["duplicates_skipped"] > 0
     only_missing = cli(settings, "import", str(gone), check=False)
