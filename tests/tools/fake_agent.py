@@ -6,8 +6,11 @@ Usage: ``python fake_agent.py RECORDING [--cut] [--exit N] [--signal NAME] [--ar
 * ``--exit N``: exit with status N after the stream.
 * ``--signal NAME``: kill itself with signal NAME (e.g. ``SIGKILL``) after the stream.
 * ``--array``: the recording is a JSON array of events (written one per line).
-* ``--hold``: after the stream, wait (at most 60 s) for SIGTERM or SIGHUP, then exit
-  with ``--exit`` (an agent that handles the signal and exits cleanly).
+* ``--hold``: after the stream, wait (at most 60 s) for SIGTERM, SIGHUP or SIGQUIT, then
+  exit with ``--exit`` (an agent that handles the signal and exits cleanly).
+* ``--hold-log PATH``: with ``--hold``, create PATH once holding and append the name of
+  each signal received; the agent waits 0.5 s after the first, so a second one sent
+  with it is counted too.
 * ``--interrupt PATH``: after the first line, create PATH and wait (at most 20 s, then
   exit 99) for SIGINT, which ``--on-interrupt`` handles: ``die`` (Python's default: it
   dies of SIGINT), ``exit`` (exit with ``--exit`` at once: codex exec exits 0, others
@@ -32,12 +35,25 @@ parser.add_argument("--exit", type=int, default=0)
 parser.add_argument("--signal", default=None)
 parser.add_argument("--array", action="store_true")
 parser.add_argument("--hold", action="store_true")
+parser.add_argument("--hold-log", default=None)
 parser.add_argument("--interrupt", default=None)
 parser.add_argument("--on-interrupt", choices=("die", "exit", "go-on"), default="die")
 args = parser.parse_args()
+held: list[str] = []
+
+
+def hold(signum: int, frame: object) -> None:
+    held.append(signal.Signals(signum).name)
+    if args.hold_log:
+        with open(args.hold_log, "a") as log:
+            log.write(f"{held[-1]}\n")
+    else:
+        sys.exit(args.exit)
+
+
 if args.hold:
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: sys.exit(args.exit))
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, hold)
 
 with open(args.recording, "rb") as f:
     data = f.read()
@@ -75,6 +91,12 @@ for n, line in enumerate(lines):
         time.sleep(0.5)
 if args.hold:
     signal.alarm(60)  # never outlive a broken test
+    if args.hold_log:
+        open(args.hold_log, "w").close()
+        while not held:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        sys.exit(args.exit)
     signal.pause()
 if args.signal:
     os.kill(os.getpid(), getattr(signal, args.signal))
