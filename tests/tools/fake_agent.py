@@ -11,6 +11,10 @@ Usage: ``python fake_agent.py RECORDING [--cut] [--exit N] [--signal NAME] [--ar
 * ``--hold-log PATH``: with ``--hold``, create PATH once holding and append the name of
   each signal received; the agent waits 0.5 s after the first, so a second one sent
   with it is counted too.
+* ``--senders``: the ``--interrupt`` and ``--hold-log`` waits block their signals and
+  take them with ``sigtimedwait``, logging ``NAME from PID``: who sent each (0: the
+  kernel, i.e. a terminal). Two sent before the first is taken are one (the kernel
+  keeps one pending), but the sender of the one taken is known.
 * ``--interrupt PATH``: after the first line, create PATH and wait (at most 20 s, then
   exit 99) for SIGINT, which ``--on-interrupt`` handles: ``die`` (Python's default: it
   dies of SIGINT), ``exit`` (exit with ``--exit`` at once: codex exec exits 0, others
@@ -38,6 +42,7 @@ parser.add_argument("--hold", action="store_true")
 parser.add_argument("--hold-log", default=None)
 parser.add_argument("--interrupt", default=None)
 parser.add_argument("--on-interrupt", choices=("die", "exit", "go-on"), default="die")
+parser.add_argument("--senders", action="store_true")
 args = parser.parse_args()
 held: list[str] = []
 
@@ -67,6 +72,24 @@ if args.cut and lines:
 out = sys.stdout.buffer
 
 
+def await_senders(sigs: tuple[signal.Signals, ...], path: str, limit_s: float) -> None:
+    """``--senders``: create ``path``, wait (at most ``limit_s``, then exit 99) for one of
+    ``sigs``, log it and those arriving in the next 0.5 s with their senders."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    open(path, "w").close()
+    first = signal.sigtimedwait(sigs, limit_s)
+    if first is None:
+        sys.exit(99)  # never signalled
+    got = [first]
+    deadline = time.monotonic() + 0.5
+    while (left := deadline - time.monotonic()) > 0:
+        if (info := signal.sigtimedwait(sigs, left)) is not None:
+            got.append(info)
+    with open(path, "a") as log:
+        log.writelines(f"{signal.Signals(i.si_signo).name} from {i.si_pid}\n" for i in got)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+
+
 def interrupted(signum: int, frame: object) -> None:
     with open(args.interrupt, "a") as log:
         log.write("SIGINT\n")
@@ -77,7 +100,14 @@ def interrupted(signum: int, frame: object) -> None:
 for n, line in enumerate(lines):
     out.write(line)
     out.flush()
-    if args.interrupt and n == 0:
+    if args.interrupt and n == 0 and args.senders:
+        await_senders((signal.SIGINT,), args.interrupt, 20)
+        if args.on_interrupt == "exit":
+            sys.exit(args.exit)
+        if args.on_interrupt == "die":
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+    elif args.interrupt and n == 0:
         if args.on_interrupt != "die":
             signal.signal(signal.SIGINT, interrupted)
         else:  # Python's own handler, also when SIGINT came ignored (a job started with &)
@@ -91,6 +121,9 @@ for n, line in enumerate(lines):
         time.sleep(0.5)
 if args.hold:
     signal.alarm(60)  # never outlive a broken test
+    if args.hold_log and args.senders:
+        await_senders((signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT), args.hold_log, 60)
+        sys.exit(args.exit)
     if args.hold_log:
         open(args.hold_log, "w").close()
         while not held:
