@@ -16,7 +16,7 @@ exit 0, success result / no result      completed    COMPLETED
 exit 0 but an error result or cut line  failed       FAILED
 non-zero exit                           failed       FAILED
 killed by a signal                      terminated   TERMINATED
-SIGTERM, SIGHUP or SIGQUIT got, exited  terminated   TERMINATED
+exited after SIGTERM, SIGHUP, SIGQUIT   terminated   TERMINATED
 interrupted (Ctrl+C), then it exited    terminated   TERMINATED
 ======================================  ===========  =============
 
@@ -357,7 +357,7 @@ def _outcome(
         name = signal.Signals(received.terminating).name
         if received.by_terminal:  # Ctrl+\ (or a hangup): not from us
             return "terminated", rc, None, (
-                f"{name} from the terminal, which sent it to the agent too; it then exited {rc}"
+                f"{name} from the terminal, which sent it to the agent too; the agent then exited {rc}"
             )
         return "terminated", rc, None, f"{name} passed on to the agent, which then exited {rc}"
     if interrupted:  # it handled Ctrl+C, completed no turn after it, and exited

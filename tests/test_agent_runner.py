@@ -530,7 +530,7 @@ def test_ctrl_backslash_at_the_terminal_is_not_said_to_be_passed_on(
     assert log.read_text() == "SIGQUIT from 0\n"  # once, from the kernel (the terminal)
     session_status, end = _run_ended(services)
     assert (end.outcome, end.exit_code, end.signal) == ("terminated", 0, None)
-    assert end.reason == "SIGQUIT from the terminal, which sent it to the agent too; it then exited 0"
+    assert end.reason == "SIGQUIT from the terminal, which sent it to the agent too; the agent then exited 0"
     assert session_status == "TERMINATED"
 
 
