@@ -56,7 +56,7 @@ from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.privacy import strip_private_text
-from ledger.run_signals import Received, agent_process_group, passing_on
+from ledger.run_signals import Received, passing_on
 from ledger.sources import claude_stream, codex_exec, stream_formats
 from ledger.sources.claude_common import text_hash
 
@@ -400,9 +400,7 @@ def run_agent(
     recorder = _Recorder(
         ledger, argv, session, prompt if prompt is not None else prompt_from_argv(argv)
     )
-    proc = subprocess.Popen(
-        list(argv), stdout=subprocess.PIPE, process_group=agent_process_group()
-    )
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE)
     assert proc.stdout is not None
     settled = 0  # interrupts the agent had got when it last completed a turn
     try:

@@ -1,18 +1,14 @@
 """Signals sent to ``hookledger run`` while its agent runs: each reaches the agent once.
 
-Where the agent runs (:func:`agent_process_group`): with a controlling terminal, in
-hookledger's process group, so it stays in the terminal's foreground group with
-hookledger (it may read the terminal; Ctrl+Z stops both). A signal the terminal sends
-(Ctrl+C -> SIGINT, Ctrl+\\ -> SIGQUIT, a hangup -> SIGHUP) goes to that whole group, so
-the agent already has it; one sent to hookledger's pid alone (``kill -INT <pid>``, a
-supervisor's SIGTERM) reaches only hookledger. Without a controlling terminal (a
-supervisor, CI, a script) there is no job control to keep, and the agent gets a process
-group of its own: a signal sent to hookledger's whole group (``kill -INT -<pgid>``,
-``timeout``) then reaches hookledger alone as well. :func:`passing_on` passes a signal on
-unless the agent already got it, so an agent that handles Ctrl+C (Claude Code cancels
-the turn on the first one and exits on a second) sees one Ctrl+C, not two. A signal
-passed on goes to the agent's group when it has one (the agent and the tool processes
-it started, as the group signal would have), else to the agent alone.
+The agent runs in hookledger's process group, so it stays in the terminal's foreground
+group with hookledger (it may read the terminal; Ctrl+Z stops both), and a signal to
+the whole group from a supervisor (``kill -KILL -<pgid>``) ends the agent too rather
+than leaving it running unrecorded. A signal the terminal sends (Ctrl+C -> SIGINT,
+Ctrl+\\ -> SIGQUIT, a hangup -> SIGHUP) goes to that whole group, so the agent already
+has it; one sent to hookledger's pid alone (``kill -INT <pid>``, a supervisor's SIGTERM)
+reaches only hookledger. :func:`passing_on` passes a signal on unless the agent already
+got it, so an agent that handles Ctrl+C (Claude Code cancels the turn on the first one
+and exits on a second) sees one Ctrl+C, not two.
 
 Who sent a signal is read from its ``si_code`` (:func:`signal.sigtimedwait`; above 0:
 the kernel, i.e. the terminal; 0 or below: a process, ``kill``/``sigqueue``): the
@@ -23,12 +19,11 @@ Otherwise (or without ``sigtimedwait``: macOS) a handler guesses: SIGINT and SIG
 (the keys) count as the terminal's when hookledger's group is the foreground group of
 its controlling terminal; SIGTERM and SIGHUP are always passed on.
 
-What cannot be told apart: a process's signal to a whole group and one to hookledger
-alone carry the same ``si_code`` (``SI_USER``) and sender. So with a terminal, where
-the agent shares hookledger's group, a process's ``kill -INT -<pgid>`` reaches the
-agent twice; without one, a group signal that cannot be passed on (``kill -KILL
--<pgid>``) reaches hookledger only, and the agent runs on until it finds its output
-closed.
+What cannot be told apart: a process's signal to the whole group and one to
+hookledger alone carry the same ``si_code`` (``SI_USER``) and sender, so a process's
+``kill -INT -<pgid>`` reaches the agent twice (giving the agent a group of its own
+would make it once, but a ``kill -KILL -<pgid>``, which cannot be passed on, would
+then leave the agent running).
 """
 
 from __future__ import annotations
@@ -64,17 +59,6 @@ class Received:
     terminating: int | None = None
     by_terminal: bool = False
     interrupts: int = 0
-
-
-def agent_process_group() -> int | None:
-    """The ``process_group`` to start the agent with (:class:`subprocess.Popen`): None
-    (this process's group, the terminal's foreground group with us) when this process
-    has a controlling terminal, else 0 (a group of its own)."""
-    try:
-        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY))
-    except OSError:
-        return 0  # no controlling terminal
-    return None
 
 
 class Relay:
@@ -169,16 +153,12 @@ def passing_on(proc: subprocess.Popen[bytes]) -> Iterator[Relay]:
 
 
 def _pass_on(proc: subprocess.Popen[bytes], signum: int) -> None:
-    """Send ``signum`` to the agent's process group when it leads one (the tool processes
-    it started get it too, as from a signal to a group), else to the agent alone."""
+    """Send ``signum`` to the agent (unless it was waited for already)."""
     proc.poll()
     if proc.returncode is not None:
         return  # waited for: its pid may be another process's by now
     with contextlib.suppress(ProcessLookupError):
-        if os.getpgid(proc.pid) == proc.pid:
-            os.killpg(proc.pid, signum)
-        else:
-            os.kill(proc.pid, signum)
+        os.kill(proc.pid, signum)
 
 
 def _only_thread() -> bool:
