@@ -16,13 +16,15 @@ exit 0, success result / no result      completed    COMPLETED
 exit 0 but an error result or cut line  failed       FAILED
 non-zero exit                           failed       FAILED
 killed by a signal                      terminated   TERMINATED
-a signal passed on (SIGTERM, SIGHUP…)   terminated   TERMINATED
+exited after SIGTERM, SIGHUP, SIGQUIT   terminated   TERMINATED
 interrupted (Ctrl+C), then it exited    terminated   TERMINATED
 ======================================  ===========  =============
 
 Signals sent to ``hookledger run`` reach the agent once (:mod:`ledger.run_signals`:
 Ctrl+C from the terminal reaches it directly, ``kill -INT`` to hookledger is passed
-on), and hookledger waits for the agent to end. An interrupt ends the run
+on; the reason says which), and hookledger waits for the agent to end, then records
+the end with those signals still caught (one arriving meanwhile neither aborts the
+recording nor changes the outcome: it reached no agent). An interrupt ends the run
 ``terminated`` (an operator's stop, DESIGN.md) when the agent exits with no turn
 completed after it (codex exec exits 0 on Ctrl+C); an agent that handles it and goes
 on keeps running and being recorded, and once it completes a turn after the interrupt
@@ -54,7 +56,7 @@ from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.privacy import strip_private_text
-from ledger.run_signals import passing_on
+from ledger.run_signals import Received, passing_on
 from ledger.sources import claude_stream, codex_exec, stream_formats
 from ledger.sources.claude_common import text_hash
 
@@ -237,7 +239,7 @@ class _Recorder:
         return self.parser.end_key  # type: ignore[no-any-return]
 
     def finish(
-        self, rc: int, forwarded: int | None = None, interrupted: bool = False
+        self, rc: int, received: Received | None = None, interrupted: bool = False
     ) -> RunOutcome:
         if self.parser is None and self.pending:
             # No line told the format: use the command's hint, else keep the lines as rejected.
@@ -260,7 +262,7 @@ class _Recorder:
             self._record(self.parser.finish(), b"")
         session = self._session()
         outcome, exit_code, sig, reason = _outcome(
-            rc, self.parser, self.stream_cut, forwarded, interrupted
+            rc, self.parser, self.stream_cut, received or Received(), interrupted
         )
         end_key = self.parser.end_key if self.parser is not None else None
         end = Observation(
@@ -346,13 +348,17 @@ class _Recorder:
 
 
 def _outcome(
-    rc: int, parser: Any, cut: bool, forwarded: int | None = None, interrupted: bool = False
+    rc: int, parser: Any, cut: bool, received: Received, interrupted: bool = False
 ) -> tuple[str, int | None, int | None, str | None]:
     if rc < 0:
         sig = -rc
         return "terminated", None, sig, f"killed by {signal.Signals(sig).name}"
-    if forwarded is not None:  # it handled the signal we passed on, then exited
-        name = signal.Signals(forwarded).name
+    if received.terminating is not None:  # it handled SIGTERM, SIGHUP or SIGQUIT, then exited
+        name = signal.Signals(received.terminating).name
+        if received.by_terminal:  # Ctrl+\ (or a hangup): not from us
+            return "terminated", rc, None, (
+                f"{name} from the terminal, which sent it to the agent too; the agent then exited {rc}"
+            )
         return "terminated", rc, None, f"{name} passed on to the agent, which then exited {rc}"
     if interrupted:  # it handled Ctrl+C, completed no turn after it, and exited
         return "terminated", rc, None, f"interrupted by SIGINT; the agent then exited {rc}"
@@ -398,7 +404,8 @@ def run_agent(
     assert proc.stdout is not None
     settled = 0  # interrupts the agent had got when it last completed a turn
     try:
-        with passing_on(proc) as received:
+        with passing_on(proc) as relay:
+            received = relay.received
             while line := proc.stdout.readline():
                 if out is not None:
                     try:
@@ -414,7 +421,10 @@ def run_agent(
                 if on_line is not None:
                     on_line(line)
             rc = proc.wait()
+            received = relay.agent_ended()
+            # Still in the block: a signal now (Ctrl+C, SIGTERM) reaches no agent, and
+            # neither cuts the recording of the end short nor changes what it says.
+            return recorder.finish(rc, received, received.interrupts > settled)
     finally:
         with contextlib.suppress(OSError):
             proc.stdout.close()
-    return recorder.finish(rc, received.terminating, received.interrupts > settled)

@@ -294,8 +294,9 @@ class Session(BaseAggregate[UUID]):
         """An agent process ended (``hookledger run``, or the final ``result`` /
         ``turn.completed`` record of an imported stream). ``outcome``: ``completed`` ->
         COMPLETED, ``failed`` (error result, non-zero exit, stream cut) -> FAILED,
-        ``terminated`` (killed by a signal, a signal passed on, or interrupted by Ctrl+C
-        with no turn completed after it) -> TERMINATED. ``exit_code`` and ``signal``
+        ``terminated`` (killed by a signal, ended after a SIGTERM, SIGHUP or SIGQUIT that
+        hookledger passed on or the terminal sent, or interrupted by Ctrl+C with no turn
+        completed after it) -> TERMINATED. ``exit_code`` and ``signal``
         (signal number) are None when unknown; ``stream_cut``: the output ended mid-line."""
 
         outcome: str

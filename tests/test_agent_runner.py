@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -388,7 +389,7 @@ def test_a_signal_to_the_runner_reaches_the_agent_and_terminates_the_session(
                         on_line=on_line, prompt="read it")
     services.runner.catch_up()
     assert (outcome.outcome, outcome.exit_code) == ("terminated", 0), outcome.reason
-    assert sig.name in (outcome.reason or "")
+    assert outcome.reason == f"{sig.name} passed on to the agent, which then exited 0"
     s = _session(services, _expected(recording)["session"])
     assert s["status"] == "TERMINATED" and s["tool_call_count"] == _expected(recording)["tools"]
 
@@ -413,11 +414,47 @@ def _await_file(path: Path, seconds: float = 60) -> None:
         time.sleep(0.02)
 
 
-def _run_end(services: Services) -> tuple[str, dict]:
+def _run_ended(services: Services) -> tuple[str, Any]:
+    """The session's status and its one ``RunEnded`` event."""
     services.runner.catch_up()
     s = _session(services, _expected(INTERRUPTED)["session"])
     (end,) = [e for e in services.ledger.events.get(UUID(s["id"])) if type(e).__name__ == "RunEnded"]
-    return s["status"], {"outcome": end.outcome, "exit_code": end.exit_code, "signal": end.signal}
+    return s["status"], end
+
+
+def _run_end(services: Services) -> tuple[str, dict]:
+    status, end = _run_ended(services)
+    return status, {"outcome": end.outcome, "exit_code": end.exit_code, "signal": end.signal}
+
+
+def _at_a_terminal(argv: list[str], env: dict[str, str], ready: Path, keys: bytes) -> tuple[int, str]:
+    """Run ``argv`` on a real terminal (pty), in its foreground group; once ``ready``
+    exists, type ``keys``. Returns the exit status and what the terminal showed."""
+    pid, tty = pty.fork()
+    if pid == 0:  # the child: session leader, the pty its controlling terminal
+        try:
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    output, wait_status = b"", None
+    try:
+        _await_file(ready)
+        os.write(tty, keys)
+        while True:
+            try:
+                chunk = os.read(tty, 65536)
+            except OSError:  # EIO: the terminal's other side closed
+                break
+            if not chunk:
+                break
+            output += chunk
+        _, wait_status = os.waitpid(pid, 0)
+    finally:
+        os.close(tty)
+        if wait_status is None:  # not reaped: a failed test leaves no process behind
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status), output.decode(errors="replace")
 
 
 @pytest.mark.parametrize(
@@ -470,33 +507,105 @@ def test_ctrl_c_at_the_terminal_reaches_the_agent_once(
     # keeps running and being recorded.
     log = tmp_path / "interrupts"
     argv = _run_argv(log, handling, exit_code)
-    env = settings_env(services.settings)
-    pid, tty = pty.fork()
-    if pid == 0:  # the child: session leader, the pty its controlling terminal
-        try:
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    output, wait_status = b"", None
-    try:
-        _await_file(log)
-        os.write(tty, b"\x03")  # Ctrl+C
-        while True:
-            try:
-                chunk = os.read(tty, 65536)
-            except OSError:  # EIO: the terminal's other side closed
-                break
-            if not chunk:
-                break
-            output += chunk
-        _, wait_status = os.waitpid(pid, 0)
-    finally:
-        os.close(tty)
-        if wait_status is None:  # not reaped: a failed test leaves no process behind
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(wait_status) == exit_code, output.decode(errors="replace")
+    status, output = _at_a_terminal(argv, settings_env(services.settings), log, b"\x03")  # Ctrl+C
+    assert status == exit_code, output
     assert log.read_text() == "SIGINT\n"  # once, not once from the terminal and once from us
     session_status, end = _run_end(services)
     assert end["outcome"] == outcome
     assert session_status == ("COMPLETED" if outcome == "completed" else "TERMINATED")
+
+
+def test_ctrl_backslash_at_the_terminal_is_not_said_to_be_passed_on(
+    services: Services, tmp_path: Path
+) -> None:
+    # Ctrl+\ at a real terminal sends SIGQUIT to the whole foreground group: the agent
+    # got it from the terminal, not from hookledger, which did not send it again. The
+    # run's end said "SIGQUIT passed on to the agent".
+    log = tmp_path / "signals"
+    argv = [sys.executable, "-m", "api.cli", "run", "--prompt", "read it", "--",
+            sys.executable, str(FAKE), str(INTERRUPTED), "--hold", "--hold-log", str(log),
+            "--senders"]
+    status, output = _at_a_terminal(argv, settings_env(services.settings), log, b"\x1c")  # Ctrl+\
+    assert status == 0, output
+    assert log.read_text() == "SIGQUIT from 0\n"  # once, from the kernel (the terminal)
+    session_status, end = _run_ended(services)
+    assert (end.outcome, end.exit_code, end.signal) == ("terminated", 0, None)
+    assert end.reason == "SIGQUIT from the terminal, which sent it to the agent too; the agent then exited 0"
+    assert session_status == "TERMINATED"
+
+
+def test_a_kill_of_the_runners_process_group_ends_the_agent_too(
+    services: Services, tmp_path: Path
+) -> None:
+    # A supervisor stopping a job for good (``kill -KILL -<pgid>``): the agent shares
+    # hookledger's process group, so it ends with hookledger instead of running on
+    # unrecorded (with a group of its own it would: SIGKILL cannot be passed on).
+    log = tmp_path / "signals"
+    argv = [sys.executable, "-m", "api.cli", "run", "--prompt", "read it", "--",
+            sys.executable, str(FAKE), str(INTERRUPTED), "--hold", "--hold-log", str(log)]
+    # a session of its own: hookledger leads its group and has no controlling terminal
+    proc = subprocess.Popen(argv, env=settings_env(services.settings), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _await_file(log)  # the agent runs and holds
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1
+        agent = int(children[0])
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while _alive(agent) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(agent)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has: its parent, the
+    runner, was killed and init reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+# Runs the real CLI, sending it ``sig`` the moment it starts recording the run's end
+# (``_Recorder.finish``, the agent has exited): a Ctrl+C or a supervisor's SIGTERM at
+# that instant. ``thread``: another thread runs, so run_signals uses its handlers
+# rather than a thread waiting for the signals (sigtimedwait needs a lone thread).
+_SIGNAL_AT_THE_END = """
+import os, signal, sys, threading
+from api.cli import main
+sig, threads = signal.Signals[sys.argv[1]], sys.argv[2]
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code.co_qualname == "_Recorder.finish":
+        sys.setprofile(None)
+        os.kill(os.getpid(), sig)
+if threads == "thread":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+sys.setprofile(profile)
+main(sys.argv[3:], prog_name="hookledger")
+"""
+
+
+@pytest.mark.parametrize("threads", ["lone", "thread"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_while_the_end_is_recorded_does_not_lose_it(
+    services: Services, sig: signal.Signals, threads: str
+) -> None:
+    # The agent completed and exited; Ctrl+C (or SIGTERM) arrives while hookledger records
+    # the run's end. It raised KeyboardInterrupt there (SIGTERM killed hookledger): no
+    # RunEnded, the session left ACTIVE, exit 1. The end is recorded as the agent ended
+    # (the late signal reached no agent) and hookledger exits with the agent's status.
+    argv = [sys.executable, "-c", _SIGNAL_AT_THE_END, sig.name, threads,
+            "run", "--prompt", "read it", "--", sys.executable, str(FAKE), str(INTERRUPTED)]
+    proc = subprocess.run(argv, env=settings_env(services.settings), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    session_status, end = _run_end(services)
+    assert end == {"outcome": "completed", "exit_code": 0, "signal": None}
+    assert session_status == "COMPLETED"
