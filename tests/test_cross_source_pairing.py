@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
 from projections import queries
+from projections.base import iso
 
 from conftest import FIXTURES
 
@@ -203,6 +204,72 @@ def test_cursor_transcript_before_its_hooks_counts_what_hooks_before_it_count(
                       if h["conversation_id"] == conv and h["hook_event_name"] in tools)
         kept = _kept_hook_records(_events(other_settings, "cursor", conv), tools, "hook_event_name")
         assert kept == sent
+
+
+def test_a_cursor_post_tool_use_without_its_pre_or_before_it_is_one_call(
+    services: Services, tmp_path: Path
+) -> None:
+    """A ``postToolUse`` whose ``preToolUse`` never arrives, or arrives after it (a
+    capture spooled and delivered late), with the transcript imported before the hooks,
+    after them or not at all: one call per conversation, the same facts as the hooks in
+    order give, completed with the ``postToolUse``'s outcome; a ``preToolUse`` arriving
+    later gives the call its capture time and input. Before, the completion derived a
+    start with no input and no ``call:`` alias, so the transcript's copy of the call was
+    a second call whichever came first, and the late ``preToolUse`` changed nothing.
+
+    Each hook is captured in the order of the turn (one second apart) and delivered in
+    the order given; the aggregate is read back from the store after each delivery."""
+    paths, hooks = _cursor(tmp_path)
+    in_order = [(AT + timedelta(seconds=i), h) for i, h in enumerate(hooks)]
+    captured = {id(h): at for at, h in in_order}
+    orders = {
+        "in-order": in_order,
+        "posts-first": [(captured[id(h)], h) for h in _posts_first(hooks, "preToolUse", "postToolUse")],
+        "no-pre": [(at, h) for at, h in in_order if h["hook_event_name"] != "preToolUse"],
+    }
+    seen: dict[str, set[str]] = {"c-drift": set(), "c-small": set()}
+    for order, delivered in orders.items():
+        for transcript in ("first", "last", "none"):
+            tag = f"{order}-{transcript}"
+            copies = []
+            for path in paths:
+                copy = tmp_path / f"{path.stem}-{tag}.jsonl"
+                copy.write_bytes(path.read_bytes())
+                copies.append(copy)
+            mine = [(at, {**h, "conversation_id": f"{h['conversation_id']}-{tag}"}) for at, h in delivered]
+            if transcript == "first":
+                import_paths(services.ledger, copies)
+            for i, (at, h) in enumerate(mine):
+                out = ingest_hook(services.ledger, "cursor", json.dumps(h).encode(), f"{tag}-{i}", at)
+                assert out.error is None, out.error
+                services.ledger.session(SessionRef("cursor", h["conversation_id"]).id)  # reloaded
+            if transcript == "last":
+                import_paths(services.ledger, copies)
+            for i, (at, h) in enumerate(mine):  # a redelivery appends nothing
+                out = ingest_hook(services.ledger, "cursor", json.dumps(h).encode(), f"{tag}-{i}", at)
+                assert out.result is not None and out.result.appended == 0, tag
+            services.runner.catch_up()
+            for conv in seen:
+                detail = queries.get_session(services.models, str(SessionRef("cursor", f"{conv}-{tag}").id))
+                assert detail is not None
+                facts = _facts(detail)
+                del facts["external_id"]
+                assert (facts["tool_call_count"], len(detail["tool_calls"])) == (1, 1), (conv, tag)
+                seen[conv].add(json.dumps(facts, sort_keys=True))
+                (call,) = detail["tool_calls"]
+                pre, post = (
+                    next((at, h) for at, h in in_order
+                         if h["conversation_id"] == conv and h["hook_event_name"] == name)
+                    for name in ("preToolUse", "postToolUse")
+                )
+                assert call["status"] == "completed" and call["tool_input"] == pre[1]["tool_input"]
+                if conv == "c-small":  # only the hooks saw its result: the post's outcome
+                    assert call["output"] == json.loads(post[1]["tool_output"])
+                    assert call["duration_ms"] == post[1]["duration"]
+                    assert call["completed_at"] == iso(post[0])
+                if order != "no-pre" and transcript != "first":  # the start the hooks captured
+                    assert call["started_at"] == iso(pre[0]), (conv, tag)
+    assert all(len(facts) == 1 for facts in seen.values()), seen
 
 
 # -- Gemini CLI: hooks and the chat file ------------------------------------------------
