@@ -5,8 +5,9 @@
 
 A start that arrived after its completion (``Session.LateStartObserved``: the call's
 start was derived from its completion, or another source recorded the call) gives the
-row its time (``started_at``) and ``tool_input`` unless the start the row has is earlier;
-a ``duration_ms`` the row computed is computed again from it.
+row its time (``started_at``) and ``tool_input`` unless the start the row has is earlier,
+and its tool name when the row has none; a ``duration_ms`` the row computed is computed
+again from it (``projections/analytics/extract.py`` mirrors these rules).
 """
 
 from __future__ import annotations
@@ -116,22 +117,24 @@ class ToolCallsProjection(Projection):
         rows.put("tool_calls", key, row)
 
     def _late_start(self, rows: RowCache, event: Session.LateStartObserved) -> None:
-        """The start as the agent gave it, arrived after the call's completion: its time and
-        input, unless the row's start is earlier (another source's, not one derived from
-        the completion, which has the completion's time)."""
+        """The start as the agent gave it, arrived after the call's completion: its tool
+        name when the row has none (a start derived from a completion that named no
+        tool), and its time and input unless the row's start is earlier (another
+        source's, not one derived from the completion, which has the completion's
+        time). A ``duration_ms`` equal to the span of the row's times was computed (or
+        is the agent's and agrees): it is computed again from the new start."""
         key = (str(event.originator_id), event.tool_use_id)
         row = rows.get("tool_calls", key)
-        at = event_time(event)
-        if row is None or at is None:
+        if row is None:
             return  # (the call's own start precedes it in the log)
-        if row["started_at"] is not None and _parse(row["started_at"]) < _parse(at):
-            return
-        computed = row["duration_ms"] == _span(row)  # not the agent's own figure
-        row.update(started_at=at, tool_input=_json(event.tool_input))
         if row["tool_name"] in (None, "(unknown)") and event.tool_name:
             row["tool_name"] = event.tool_name
-        if computed:
-            row["duration_ms"] = _span(row)
+        at = event_time(event)
+        if at is not None and (row["started_at"] is None or _parse(at) <= _parse(row["started_at"])):
+            computed = row["duration_ms"] is None or row["duration_ms"] == _span(row)
+            row.update(started_at=at, tool_input=_json(event.tool_input))
+            if computed:
+                row["duration_ms"] = _span(row)
         rows.put("tool_calls", key, row)
 
 
