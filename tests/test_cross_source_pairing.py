@@ -244,7 +244,8 @@ def test_a_cursor_post_tool_use_without_its_pre_or_before_it_is_one_call(
             for i, (at, h) in enumerate(mine):
                 out = ingest_hook(services.ledger, "cursor", json.dumps(h).encode(), f"{tag}-{i}", at)
                 assert out.error is None, out.error
-                services.ledger.session(SessionRef("cursor", h["conversation_id"]).id)  # reloaded
+                # the next delivery meets the session as rebuilt from the store
+                services.ledger.session(SessionRef("cursor", h["conversation_id"]).id)
             if transcript == "last":
                 import_paths(services.ledger, copies)
             for i, (at, h) in enumerate(mine):  # a redelivery appends nothing
