@@ -195,6 +195,20 @@ class Session(BaseAggregate[UUID]):
 
         record_type: str
 
+    class LateStartObserved(RecordObserved):
+        """A tool call's start that arrived after its completion (``record_type``
+        :data:`LATE_START`: a ``PreToolUse`` spooled while its ``PostToolUse`` was sent,
+        hook logs replayed in name order, a rollout that writes a call's output before
+        the call). It is no second call: the call's start was derived from
+        its completion, or another source recorded the call, before it came. Its raw
+        record is kept, and the start as the agent gave it: ``tool_use_id`` (the call as
+        recorded), ``tool_name`` and ``tool_input``; the ``tool_calls`` read model takes
+        its time and input as the call's start unless the start it has is earlier."""
+
+        tool_use_id: str
+        tool_name: str | None = None
+        tool_input: Any = None
+
     class UnknownHookEvent(Event):
         """A hook whose ``hook_event_name`` this version does not know; raw kept."""
 
@@ -397,8 +411,12 @@ class Session(BaseAggregate[UUID]):
         own id when its start was captured again)."""
         self.completed_calls: set[str] = set()
         """``tool_use_id`` of aliased calls whose completion is recorded."""
-        self.derived_starts: set[str] = set()
-        """Keys of starts derived from a completion (:meth:`_start_unseen_call`)."""
+        self.derived_starts: dict[str, str] = {}
+        """Keys of starts a completion stood for -> the ``tool_use_id`` the call is
+        recorded under: a start derived from the completion (:meth:`_start_unseen_call`),
+        or the start ``tool:{id}:start`` of a hook call with an id whose completion met a
+        file's call before it (:meth:`_call_before_its_start`). That start arriving
+        later is the call's late start (:meth:`_keep_late_start`)."""
         self.late_pairs: dict[str, str] = {}
         """Id-less hook calls whose completion came first and whose start has not
         arrived yet, oldest first: the key of the start derived from the completion
@@ -463,7 +481,10 @@ class Session(BaseAggregate[UUID]):
         if "pair" in obs.extra:
             late = self._late_pair(obs)
             if late is not None:
-                return self._append_late_start(obs, obs.record_key or obs.key, (f"{late}:late",))
+                call = self.derived_starts.get(late) or self.file_calls.get(late)
+                return self._append_late_start(
+                    obs, obs.record_key or obs.key, (f"{late}:late",), call or obs.data["tool_use_id"]
+                )
             obs.data["tool_use_id"] = self._pair_tool_call(obs)
         if obs.kind in _CALL_KINDS:
             found = self._same_call(obs, live_call)
@@ -532,11 +553,12 @@ class Session(BaseAggregate[UUID]):
     def _keep_late_start(self, obs: Observation, recorded_at: datetime) -> int:
         """The real start of a tool call whose start was derived from its completion
         (it arrived later: e.g. a remote hook's ``PreToolUse`` spooled while the server
-        was down, its ``PostToolUse`` sent directly) is no new fact, but its record is
-        kept: a :class:`Session.RecordObserved` with its raw payload, key
-        ``<start key>:late`` (an id-less hook's start, paired by tool and input:
-        :meth:`_late_pair`). Anything else already seen appends nothing. Returns the
-        events appended."""
+        was down, its ``PostToolUse`` sent directly), or of a hook call with an id whose
+        completion met a file's copy of the call before it (:attr:`derived_starts`), is
+        no new fact, but its record is kept: a :class:`Session.LateStartObserved` with
+        its raw payload, key ``<start key>:late`` (an id-less hook's start, paired by
+        tool and input: :meth:`_late_pair`). Anything else already seen appends
+        nothing. Returns the events appended."""
         key = f"{obs.key}:late"
         if (
             obs.kind != "ToolCallStarted"
@@ -546,14 +568,23 @@ class Session(BaseAggregate[UUID]):
         ):
             return 0
         self._now = recorded_at
-        return self._append_late_start(obs, key, ())
+        return self._append_late_start(obs, key, (), self.derived_starts[obs.key])
 
-    def _append_late_start(self, obs: Observation, key: str, alias_keys: tuple[str, ...]) -> int:
-        """Append the :class:`Session.RecordObserved` (:data:`LATE_START`, raw payload) of
-        a start that arrived after its completion. Returns 1."""
+    def _append_late_start(
+        self, obs: Observation, key: str, alias_keys: tuple[str, ...], tool_use_id: str
+    ) -> int:
+        """Append the :class:`Session.LateStartObserved` (:data:`LATE_START`, raw payload,
+        the start's tool and input) of a start that arrived after its completion, for
+        the call recorded as ``tool_use_id``. Returns 1."""
         self._append(
-            Session.RecordObserved, obs, key=key, status=self.status, batch=self._batch_for(obs),
-            raw=obs.raw, data={"record_type": LATE_START}, alias_keys=alias_keys,
+            Session.LateStartObserved, obs, key=key, status=self.status,
+            batch=self._batch_for(obs), raw=obs.raw, alias_keys=alias_keys,
+            data={
+                "record_type": LATE_START,
+                "tool_use_id": tool_use_id,
+                "tool_name": obs.data.get("tool_name"),
+                "tool_input": obs.data.get("tool_input"),
+            },
         )
         return 1
 
@@ -644,22 +675,29 @@ class Session(BaseAggregate[UUID]):
     def _call_before_its_start(
         self, obs: Observation, data: dict[str, Any]
     ) -> tuple[dict[str, Any], tuple[str, ...], tuple[str, ...] | None]:
-        """An id-less hook's completion (``extra["pair"]``) whose start the hooks have not
-        delivered (none is open), in :meth:`_same_call`'s terms. When a file recorded
-        the hooks' next call of that tool and input (``call:{hash}:{n}``), the completion
-        is that call's: recorded under the file's ``tool_use_id``, or kept as
-        :data:`CALL_CAPTURED_AGAIN` when the file has its completion, with the aliases
-        ``call:{hash}:{n}`` and ``…:end``: it stands for the hooks' start too (it counts
-        toward their n) and the start arriving later is its :data:`LATE_START`
-        (:meth:`_late_pair`). Otherwise nothing meets it (its start is derived:
-        :meth:`_start_unseen_call`)."""
-        if "pair" not in obs.extra:
+        """A hook's completion whose start the hooks have not delivered (none is open), in
+        :meth:`_same_call`'s terms, when it names its tool and input: an id-less hook's
+        (``extra["pair"]``) or a Cursor ``postToolUse`` (``extra["hook_call_hash"]``).
+        When a file recorded the hooks' next call of that tool and input
+        (``call:{hash}:{n}``), the completion is that call's: recorded under the file's
+        ``tool_use_id``, or kept as :data:`CALL_CAPTURED_AGAIN` when the file has its
+        completion, with the aliases ``call:{hash}:{n}`` and ``…:end``: it stands for
+        the hooks' start too (it counts toward their n) and the start arriving later is
+        its :data:`LATE_START` (an id-less one by tool and input: :meth:`_late_pair`; a
+        Cursor one by its own start key ``tool:{id}:start``, the completion's third
+        alias: :meth:`_keep_late_start`). Otherwise nothing meets it and its start is
+        derived (:meth:`_start_unseen_call`): a Cursor completion then takes the alias
+        ``call:{hash}:{n}:end`` and its derived start ``call:{hash}:{n}``, as when its
+        ``preToolUse`` came first, so a transcript imported later meets the call."""
+        pair = obs.extra.get("pair") or obs.extra.get("hook_call_hash")
+        if pair is None:
             return data, (), None
-        alias = self.live_alias("call", obs.extra["pair"], obs.source_format)
+        alias = self.live_alias("call", pair, obs.source_format)
         recorded = self.file_calls.get(alias)
+        own_start = _own_start_key(obs)
         if recorded is None:
-            return data, (), None
-        met = (alias, f"{alias}:end")
+            return data, (f"{alias}:end",) if own_start else (), None
+        met = (alias, f"{alias}:end", *((own_start,) if own_start else ()))
         if recorded in self.completed_calls:
             return data, (), met
         return {**data, "tool_use_id": recorded}, met, None
@@ -693,6 +731,7 @@ class Session(BaseAggregate[UUID]):
             return 0
         if tool_use_id in self.call_alias_of:
             return 0
+        alias_keys: tuple[str, ...] = ()
         if "pair" in obs.extra:  # 2025 hooks: started iff paired with an open start
             if tool_use_id in self.unpaired_calls:
                 return 0
@@ -701,9 +740,11 @@ class Session(BaseAggregate[UUID]):
             key = f"tool:{tool_use_id}:start"
             if key in self.seen_keys:
                 return 0
+            if _own_start_key(obs):  # a Cursor call: the alias its start would have had
+                alias_keys = (self.live_alias("call", obs.extra["hook_call_hash"], obs.source_format),)
         self._append(
             Session.ToolCallStarted, obs, key=key, status=status, batch=batch, raw=None,
-            record_key=f"derived:{obs.record_key or obs.key}",
+            alias_keys=alias_keys, record_key=f"derived:{obs.record_key or obs.key}",
             data={
                 "tool_use_id": tool_use_id,
                 "tool_name": obs.data.get("tool_name") or "(unknown)",
@@ -833,7 +874,7 @@ class Session(BaseAggregate[UUID]):
                 for k in event.alias_keys:
                     self.late_pairs.pop(k.removesuffix(":late"), None)
             case Session.ToolCallStarted() if (event.record_key or "").startswith("derived:"):
-                self.derived_starts.add(event.event_key)
+                self.derived_starts[event.event_key] = event.tool_use_id
                 if event.tool_use_id.startswith("hook-"):
                     self.late_pairs[event.event_key] = call_hash(event.tool_name, event.tool_input)
             case Session.ToolCallStarted() if event.tool_use_id.startswith("hook-"):
@@ -924,13 +965,19 @@ class Session(BaseAggregate[UUID]):
     def _await_late_start(self, event: Session.Event) -> bool:
         """A hook's completion that met a file's call before the hooks delivered its start
         (:meth:`_call_before_its_start`: aliases ``call:{hash}:{n}`` and ``…:end``)
-        counts as the hooks' n-th call of that tool and input, and waits for its start
-        (:meth:`_late_pair`). Returns whether the event was one."""
+        counts as the hooks' n-th call of that tool and input, and waits for its start:
+        by tool and input (:meth:`_late_pair`), or by its own start key when it names
+        one (``tool:{id}:start``, a Cursor hook's: :attr:`derived_starts`). Returns
+        whether the event was one."""
         start = next((k for k in event.alias_keys if k.startswith("call:") and not k.endswith(":end")), None)
         if start is None or f"{start}:end" not in event.alias_keys:
             return False
         self._count_live_aliases(event)
-        self.late_pairs[start] = start.split(":")[1]
+        own = next((k for k in event.alias_keys if k.startswith("tool:")), None)
+        if own is not None:
+            self.derived_starts[own] = self.file_calls.get(start) or getattr(event, "tool_use_id", "")
+        else:
+            self.late_pairs[start] = start.split(":")[1]
         return True
 
     def _note_call_captured_again(self, event: Session.RecordObserved) -> None:
@@ -986,6 +1033,17 @@ builds, Gemini CLI, OpenClaw without ``toolCallId``, Cursor): their files' calls
 
 def _hash_of(data: dict[str, Any]) -> str:
     return call_hash(data.get("tool_name") or "(unknown)", data.get("tool_input"))
+
+
+def _own_start_key(obs: Observation) -> str | None:
+    """``tool:{id}:start`` of a Cursor hook's completion ``tool:{id}:end`` that names its
+    tool and input (``extra["hook_call_hash"]``): the key its start arrives under.
+    None for any other observation."""
+    if obs.extra.get("hook_call_hash") is None or obs.kind != "ToolCallCompleted":
+        return None
+    if not (obs.key.startswith("tool:") and obs.key.endswith(":end")):
+        return None
+    return obs.key.removesuffix(":end") + ":start"
 
 
 def _file_alias(obs: Observation) -> str | None:

@@ -2,6 +2,12 @@
 
 ``duration_ms`` is the agent's own figure when it gives one (hook ``duration_ms``,
 ``toolUseResult.totalDurationMs``), else completion minus start on the source clock.
+
+A start that arrived after its completion (``Session.LateStartObserved``: the call's
+start was derived from its completion, or another source recorded the call) gives the
+row its time (``started_at``) and ``tool_input`` unless the start the row has is earlier,
+and its tool name when the row has none; a ``duration_ms`` the row computed is computed
+again from it (``projections/analytics/extract.py`` mirrors these rules).
 """
 
 from __future__ import annotations
@@ -27,7 +33,12 @@ def _json(value: Any) -> str | None:
 
 class ToolCallsProjection(Projection):
     name = "tool_calls"
-    kinds = (Session.ToolCallStarted, Session.ToolCallCompleted, Session.ActivitiesAttached)
+    kinds = (
+        Session.ToolCallStarted,
+        Session.ToolCallCompleted,
+        Session.LateStartObserved,
+        Session.ActivitiesAttached,
+    )
 
     def prefetch(self, rows: RowCache, batch: Batch) -> None:
         rows.prefetch(
@@ -35,7 +46,9 @@ class ToolCallsProjection(Projection):
             [
                 (str(e.originator_id), e.tool_use_id)
                 for _, e in session_events(batch)
-                if isinstance(e, Session.ToolCallStarted | Session.ToolCallCompleted)
+                if isinstance(
+                    e, Session.ToolCallStarted | Session.ToolCallCompleted | Session.LateStartObserved
+                )
             ]
             + [
                 (str(e.originator_id), t)
@@ -54,6 +67,9 @@ class ToolCallsProjection(Projection):
                 if found is not None:
                     found["batch"] = event.batch
                     rows.put("tool_calls", (str(event.originator_id), tool_use_id), found)
+            return
+        if isinstance(event, Session.LateStartObserved):
+            self._late_start(rows, event)
             return
         if not isinstance(event, Session.ToolCallStarted | Session.ToolCallCompleted):
             return
@@ -96,10 +112,38 @@ class ToolCallsProjection(Projection):
                 end_position=position,
                 duration_ms=event.duration_ms,
             )
-        if row["duration_ms"] is None and row["started_at"] and row["completed_at"]:
-            delta = _parse(row["completed_at"]) - _parse(row["started_at"])
-            row["duration_ms"] = max(0, round(delta.total_seconds() * 1000))
+        if row["duration_ms"] is None:
+            row["duration_ms"] = _span(row)
         rows.put("tool_calls", key, row)
+
+    def _late_start(self, rows: RowCache, event: Session.LateStartObserved) -> None:
+        """The start as the agent gave it, arrived after the call's completion: its tool
+        name when the row has none (a start derived from a completion that named no
+        tool), and its time and input unless the row's start is earlier (another
+        source's, not one derived from the completion, which has the completion's
+        time). A ``duration_ms`` equal to the span of the row's times was computed (or
+        is the agent's and agrees): it is computed again from the new start."""
+        key = (str(event.originator_id), event.tool_use_id)
+        row = rows.get("tool_calls", key)
+        if row is None:
+            return  # (the call's own start precedes it in the log)
+        if row["tool_name"] in (None, "(unknown)") and event.tool_name:
+            row["tool_name"] = event.tool_name
+        at = event_time(event)
+        if at is not None and (row["started_at"] is None or _parse(at) <= _parse(row["started_at"])):
+            computed = row["duration_ms"] is None or row["duration_ms"] == _span(row)
+            row.update(started_at=at, tool_input=_json(event.tool_input))
+            if computed:
+                row["duration_ms"] = _span(row)
+        rows.put("tool_calls", key, row)
+
+
+def _span(row: dict[str, Any]) -> int | None:
+    """Completion minus start (ms, on the source clock), or None without both."""
+    if not (row["started_at"] and row["completed_at"]):
+        return None
+    delta = _parse(row["completed_at"]) - _parse(row["started_at"])
+    return max(0, round(delta.total_seconds() * 1000))
 
 
 def _parse(value: str) -> datetime:

@@ -611,3 +611,39 @@ def test_one_data_dir_used_with_two_event_stores_never_mixes_them(
             con.close()
     finally:
         other.close()
+
+
+def test_duckdb_equals_relational_rows_when_starts_arrive_after_their_completions(
+    services: Services,
+) -> None:
+    """Real hook logs replayed completions first (every ``PostToolUse`` file before its
+    ``PreToolUse`` file, as a replay in name order delivers them): the coorp session's
+    calls (with ``tool_use_id``, the agent's ``duration_ms``) and the attio 2025 ones
+    (paired by tool and input, no duration). Each ``PreToolUse`` was captured an hour
+    before the ``PostToolUse`` payloads, so its ``LateStartObserved`` moves the call's
+    start (and the computed durations): DuckDB's ``tool_calls`` follow the same rules."""
+    from datetime import UTC, datetime, timedelta
+
+    from ledger.ingest import ingest_hook
+
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    folders = (FIXTURES / "coorp-serverless-plugins-hook-logs" / "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe",
+               FIXTURES / "attio-mcp-server-hook-logs")
+    for folder in folders:
+        for name, captured in (("post_tool_use", at + timedelta(hours=1)), ("pre_tool_use", at)):
+            for i, payload in enumerate(json.loads((folder / f"{name}.json").read_text())):
+                body = json.dumps(payload).encode()
+                key = f"{folder.name}/{name}:{i}"
+                assert ingest_hook(services.ledger, "claude-code", body, key, captured).error is None
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    try:
+        found = differences(services, con)
+        assert found == {}, {t: (Counter(d[0] for d in diffs), diffs[:3]) for t, diffs in found.items()}
+        moved = con.execute(
+            "SELECT count(*), count(*) FILTER (duration_ms >= 3600 * 1000) FROM tool_calls"
+            " WHERE started_at = TIMESTAMP '2026-01-02 00:00:00'").fetchone()
+        assert moved[0] > 100 and moved[1] > 100, moved  # (the attio calls: computed)
+    finally:
+        con.close()

@@ -17,10 +17,12 @@ aggregate the later step writes to is rebuilt from the stored events.
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
 from projections import queries
+from projections.base import iso
 
 from conftest import FIXTURES
 
@@ -203,6 +206,73 @@ def test_cursor_transcript_before_its_hooks_counts_what_hooks_before_it_count(
                       if h["conversation_id"] == conv and h["hook_event_name"] in tools)
         kept = _kept_hook_records(_events(other_settings, "cursor", conv), tools, "hook_event_name")
         assert kept == sent
+
+
+def test_a_cursor_post_tool_use_without_its_pre_or_before_it_is_one_call(
+    services: Services, tmp_path: Path
+) -> None:
+    """A ``postToolUse`` whose ``preToolUse`` never arrives, or arrives after it (a
+    capture spooled and delivered late), with the transcript imported before the hooks,
+    after them or not at all: one call per conversation, the same facts as the hooks in
+    order give, completed with the ``postToolUse``'s outcome; a ``preToolUse`` arriving
+    later gives the call its capture time and input. Before, the completion derived a
+    start with no input and no ``call:`` alias, so the transcript's copy of the call was
+    a second call whichever came first, and the late ``preToolUse`` changed nothing.
+
+    Each hook is captured in the order of the turn (one second apart) and delivered in
+    the order given; the aggregate is read back from the store after each delivery."""
+    paths, hooks = _cursor(tmp_path)
+    in_order = [(AT + timedelta(seconds=i), h) for i, h in enumerate(hooks)]
+    captured = {id(h): at for at, h in in_order}
+    orders = {
+        "in-order": in_order,
+        "posts-first": [(captured[id(h)], h) for h in _posts_first(hooks, "preToolUse", "postToolUse")],
+        "no-pre": [(at, h) for at, h in in_order if h["hook_event_name"] != "preToolUse"],
+    }
+    seen: dict[str, set[str]] = {"c-drift": set(), "c-small": set()}
+    for order, delivered in orders.items():
+        for transcript in ("first", "last", "none"):
+            tag = f"{order}-{transcript}"
+            copies = []
+            for path in paths:
+                copy = tmp_path / f"{path.stem}-{tag}.jsonl"
+                copy.write_bytes(path.read_bytes())
+                copies.append(copy)
+            mine = [(at, {**h, "conversation_id": f"{h['conversation_id']}-{tag}"}) for at, h in delivered]
+            if transcript == "first":
+                import_paths(services.ledger, copies)
+            for i, (at, h) in enumerate(mine):
+                out = ingest_hook(services.ledger, "cursor", json.dumps(h).encode(), f"{tag}-{i}", at)
+                assert out.error is None, out.error
+                # the next delivery meets the session as rebuilt from the store
+                services.ledger.session(SessionRef("cursor", h["conversation_id"]).id)
+            if transcript == "last":
+                import_paths(services.ledger, copies)
+            for i, (at, h) in enumerate(mine):  # a redelivery appends nothing
+                out = ingest_hook(services.ledger, "cursor", json.dumps(h).encode(), f"{tag}-{i}", at)
+                assert out.result is not None and out.result.appended == 0, tag
+            services.runner.catch_up()
+            for conv in seen:
+                detail = queries.get_session(services.models, str(SessionRef("cursor", f"{conv}-{tag}").id))
+                assert detail is not None
+                facts = _facts(detail)
+                del facts["external_id"]
+                assert (facts["tool_call_count"], len(detail["tool_calls"])) == (1, 1), (conv, tag)
+                seen[conv].add(json.dumps(facts, sort_keys=True))
+                (call,) = detail["tool_calls"]
+                pre, post = (
+                    next((at, h) for at, h in in_order
+                         if h["conversation_id"] == conv and h["hook_event_name"] == name)
+                    for name in ("preToolUse", "postToolUse")
+                )
+                assert call["status"] == "completed" and call["tool_input"] == pre[1]["tool_input"]
+                if conv == "c-small":  # only the hooks saw its result: the post's outcome
+                    assert call["output"] == json.loads(post[1]["tool_output"])
+                    assert call["duration_ms"] == post[1]["duration"]
+                    assert call["completed_at"] == iso(post[0])
+                if order != "no-pre" and transcript != "first":  # the start the hooks captured
+                    assert call["started_at"] == iso(pre[0]), (conv, tag)
+    assert all(len(facts) == 1 for facts in seen.values()), seen
 
 
 # -- Gemini CLI: hooks and the chat file ------------------------------------------------
@@ -434,3 +504,145 @@ def test_a_hook_completion_before_its_start_meets_the_file_imported_first(
                 assert kept == sorted(h["hook_event_name"] for h in hooks if h["hook_event_name"] in (pre, post))
         assert len(seen) == 1, agent
 
+
+
+# -- Claude Code: 2025 hooks and stream-json (hookledger run, import) --------------------
+
+STREAMS = [p for p in sorted((FIXTURES / "claude_code-elixir-stream-json").glob("*.jsonl"))
+           if '"tool_use"' in p.read_text()]
+
+
+def _stream_turn(path: Path) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A real ``claude -p --output-format stream-json`` recording (mid 2025): its session
+    id, its records, and the hook payloads of its tool calls as that era's Claude Code
+    sent them: a ``PreToolUse``, and a ``PostToolUse`` unless the tool failed, without
+    ``tool_use_id``. No hook capture of these runs exists: each payload is the first real
+    attio payload of its kind with the stream's session, tool name, input and result."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    sid = records[0]["session_id"]
+    pre = json.loads((ATTIO / "pre_tool_use.json").read_text())[0]
+    post = json.loads((ATTIO / "post_tool_use.json").read_text())[0]
+    results = {b["tool_use_id"]: b for r in records if r["type"] == "user" for b in r["message"]["content"]}
+    hooks = []
+    for r in records:
+        for b in r["message"]["content"] if r["type"] == "assistant" else []:
+            if b["type"] != "tool_use":
+                continue
+            tool = {"session_id": sid, "tool_name": b["name"], "tool_input": b["input"]}
+            hooks.append({**pre, **tool})
+            if results[b["id"]].get("is_error") is not True:
+                hooks.append({**post, **tool, "tool_response": results[b["id"]]["content"]})
+    return sid, records, hooks
+
+
+def test_2025_hooks_and_a_stream_json_import_are_each_call_once_in_either_order(
+    settings: Settings, other_settings: Settings
+) -> None:
+    """The hooks (no ``tool_use_id``) of a stream's tool calls, then the stream imported,
+    and the other way round (then both delivered again): the same sessions and calls,
+    each call once. Before, the stream's calls handed over no ``call:`` alias, so the
+    stream imported after the hooks counted each call a second time."""
+    hooks = [h for path in STREAMS for h in _stream_turn(path)[2]]
+    first: list[int] = []
+    again: list[int] = []
+    _run(settings, [_hook_step("claude-code", hooks, "h", first), _import_step(STREAMS)])
+    _run(other_settings, [
+        _import_step(STREAMS),
+        _hook_step("claude-code", hooks, "h", first),
+        _hook_step("claude-code", hooks, "h", again),
+        _import_step(STREAMS),
+    ])
+    hooks_first, stream_first = _read(settings, "claude-code"), _read(other_settings, "claude-code")
+    assert hooks_first == stream_first
+    assert again == [0]
+    for path in STREAMS:
+        sid, records, _ = _stream_turn(path)
+        calls = [b for r in records if r["type"] == "assistant" for b in r["message"]["content"]
+                 if b["type"] == "tool_use"]
+        row, detail = hooks_first[sid]
+        assert row["tool_call_count"] == len(calls) == len(detail["tool_calls"]), path.name
+        assert [c[1:3] for c in detail["tool_calls"]] == [
+            (c["name"], json.dumps(c["input"], sort_keys=True)) for c in calls
+        ]
+        kinds = [type(e).__name__ for e in _events(settings, "claude-code", sid)]
+        assert kinds.count("ToolCallStarted") == len(calls)
+
+
+def _hooks_ahead(services: Services, sid: str, records: list[dict[str, Any]],
+                hooks: list[dict[str, Any]], delivered: list[str]) -> Callable[[bytes], None]:
+    """``run_agent``'s ``on_line``: delivers the hooks of the recording's one tool call once
+    the line before its ``tool_use`` line is recorded (the hook's HTTP post beating the
+    agent's buffered stdout)."""
+    (call_line,) = [i for i, r in enumerate(records) if r["type"] == "assistant"
+                    and any(b["type"] == "tool_use" for b in r["message"]["content"])]
+    recorded = 0
+
+    def on_line(_line: bytes) -> None:
+        nonlocal recorded
+        recorded += 1
+        if recorded == call_line:
+            for h in hooks:
+                key = f"{sid}-{len(delivered)}"
+                out = ingest_hook(services.ledger, "claude-code", json.dumps(h).encode(), key, AT)
+                assert out.error is None, out.error
+                delivered.append(key)
+
+    return on_line
+
+
+def test_a_run_whose_2025_hooks_arrive_before_its_stream_lines_counts_each_call_once(
+    services: Services,
+) -> None:
+    """``hookledger run`` replaying each real recording while the hooks of its tool call
+    arrive ahead of the stream, then the recording imported: each call once, with its
+    outcome. Before, the run recorded the stream's copy of the call as a second call."""
+    from ledger.agent_runner import run_agent
+
+    fake = Path(__file__).parent / "tools" / "fake_agent.py"
+    for path in STREAMS:
+        sid, records, hooks = _stream_turn(path)
+        delivered: list[str] = []
+        run_agent(services.ledger, [sys.executable, str(fake), str(path)], out=io.BytesIO(),
+                  prompt="(the recording's prompt)",
+                  on_line=_hooks_ahead(services, sid, records, hooks, delivered))
+        assert len(delivered) == len(hooks)
+        assert import_paths(services.ledger, [path]).result.appended == 0
+        services.runner.catch_up()
+        detail = queries.get_session(services.models, str(SessionRef("claude-code", sid).id))
+        assert detail is not None
+        assert detail["tool_call_count"] == 1 == len(detail["tool_calls"]), path.name
+        failed = path.name == "error_case.jsonl"
+        assert detail["tool_calls"][0]["status"] == ("failed" if failed else "completed")
+
+
+def test_a_stream_json_prompt_and_the_hooks_copy_of_it_are_one_prompt(
+    services: Services, tmp_path: Path
+) -> None:
+    """A stream with the user's prompt in it (``--input-format stream-json``: a ``user``
+    record with text; the real recording with that record BUILT BY HAND after its
+    ``init``, in the documented shape) and the hook's ``UserPromptSubmit`` of it (the
+    first real attio payload with this session and text): one prompt, whichever comes
+    first, as a transcript's prompt and the hook's are. Before, the stream's prompt had no
+    ``prompt:`` alias and was a second prompt."""
+    path = STREAMS[0]
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    submit = json.loads((ATTIO / "user_prompt_submit.json").read_text())[0]
+    text = "Read the README and tell me what this project is about"
+    for order in ("hook-first", "stream-first"):
+        sid = f"{records[0]['session_id']}-{order}"
+        user = {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+                "session_id": sid}
+        stream = tmp_path / f"{order}.jsonl"
+        stream.write_text("".join(json.dumps(r) + "\n" for r in
+                                  [{**records[0], "session_id": sid}, user,
+                                   *({**r, "session_id": sid} for r in records[1:])]))
+        hook = json.dumps({**submit, "session_id": sid, "prompt": text}).encode()
+        if order == "stream-first":
+            import_paths(services.ledger, [stream])
+        assert ingest_hook(services.ledger, "claude-code", hook, f"{order}-prompt", AT).error is None
+        import_paths(services.ledger, [stream])
+        services.runner.catch_up()
+        detail = queries.get_session(services.models, str(SessionRef("claude-code", sid).id))
+        assert detail is not None
+        assert detail["prompt_count"] == 1, order
+        assert [(b["batch"], b["prompt"], b["tool_call_count"]) for b in detail["batches"]] == [(1, text, 1)]

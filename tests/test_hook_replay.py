@@ -169,7 +169,8 @@ def test_a_tool_call_seen_only_at_its_end_is_counted_once(services: Services) ->
 
 def test_a_start_arriving_after_its_derived_start_is_kept_not_dropped(services: Services) -> None:
     # a remote hook's PreToolUse spooled while the server was down arrives after its
-    # PostToolUse: no new fact (the start was derived), but its record is kept whole
+    # PostToolUse: no new fact (the start was derived), but its record is kept whole,
+    # naming the call it starts
     posts = json.loads((LOGS / SESSION / "post_tool_use.json").read_text())
     post = next(p for p in posts if p.get("tool_use_id") and p.get("tool_input"))
     pre = {k: v for k, v in post.items() if k not in ("tool_response", "duration_ms")}
@@ -179,7 +180,9 @@ def test_a_start_arriving_after_its_derived_start_is_kept_not_dropped(services: 
     again = ingest_hook(services.ledger, "claude-code", json.dumps(pre).encode(), "pre-1")
     assert (late.result.appended, again.result.appended) == (1, 0)
     kept = [e for _, e in services.ledger.read_log(0, 100) if e.raw and '"PreToolUse"' in e.raw]
-    assert [type(e).__name__ for e in kept] == ["RecordObserved"]
+    assert [type(e).__name__ for e in kept] == ["LateStartObserved"]
+    assert kept[0].record_type == "tool call start after its completion"
+    assert (kept[0].tool_use_id, kept[0].tool_input) == (post["tool_use_id"], post["tool_input"])
     services.runner.catch_up()
     (row,) = queries.list_sessions(services.models)
     assert row["tool_call_count"] == 1

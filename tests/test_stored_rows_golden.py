@@ -37,7 +37,19 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "cfd1e201c64bc51e7eed80c149fa1df8e0cdb7aa8ab7363f82f966593de6ac58"
+EXPECTED_SHA256 = "a81a88c544b7c391cae214ea0eed3d4d6a4c308b6bba8d066241ec8e1b3f2757"
+# Re-derived on 2026-11-25 (fix-cursor): a tool call's start that arrives after its
+# completion is kept as a Session.LateStartObserved (a RecordObserved subclass, same
+# record_type "tool call start after its completion", same key, aliases and raw) that
+# also names the call as recorded (tool_use_id) and the start's tool_name and
+# tool_input, so the tool_calls read model can take the start's time and input. The
+# same 7,377 rows at the same positions, compared row by row against 3293513: 365
+# change topic and gain those three fields: 221 in the attio 2025 sessions 6706089d
+# (123) and 4111cd2e (98), whose id-less PreToolUse this test ingests after their
+# PostToolUse (Session._late_pair); 143 in the coorp session 4f65f198 and 15 of its
+# subagents (PreToolUse with a tool_use_id after its PostToolUse); 1 in the Codex
+# 0.146 drift rollout 019fc8be (a function_call_output before its call). 1,129 more
+# rows of those 19 streams differ only in their digest (the chain after a changed row).
 # Re-derived on 2026-11-25, at the very end: Claude Code 2.1.x writes a local slash
 # command (/model, /mcp) as a ``system`` record of subtype ``local_command``; one whose
 # content names a command is now a PromptSubmitted of kind ``command`` (text ``/name

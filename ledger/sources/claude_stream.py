@@ -13,6 +13,12 @@ Format source: ``shared/research/FORMATS.md`` A4 (``claude-agent-sdk-python``
   one fact; a changed one is recorded again and read models keep the last).
 * ``user`` -> ``ToolCallCompleted`` per ``tool_result`` (key ``tool:{id}:end``); text
   content (``--input-format stream-json``) -> ``PromptSubmitted``.
+* As in transcripts (:mod:`ledger.sources.claude_transcript`): a prompt carries the alias
+  ``prompt:{text hash}:{n}`` (n-th such prompt of the session in the stream) a hook's
+  copy shares, and the facts after a batch-opening prompt name it (``after_prompt``); a
+  tool call hands over ``call:{hash of tool name and input}:{n}`` (its completion
+  ``…:end``; ``extra["call_alias"]``, not stored), which a hook's copy of the call
+  without its id (2025 builds) gets in the aggregate: one call, whichever comes first.
 * ``result`` -> ``TurnEnded`` (``reason`` = ``result:{subtype}``), ``CostReported``
   (``total_cost_usd``, ``modelUsage`` as ``by_model``) and, when ``result.usage`` exceeds
   the usage of the streamed messages (the streamed records carry the output count of the
@@ -33,7 +39,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ledger.observation import TOKENS, Observation, Rejected, SessionRef, json_hash
+from ledger.observation import BATCH_OPENERS, TOKENS, Observation, Rejected, SessionRef, json_hash
+from ledger.sources.adapter_kit import CallCounter, PromptCounter
 from ledger.sources.claude_common import AGENT, classify_prompt, tool_error_text
 from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
 
@@ -111,6 +118,12 @@ class StreamParser:
         self.children: set[str] = set()
         self.end_key: str | None = None
         self.end_error: str | None = None
+        self.prompts = PromptCounter()
+        self.last_prompt: dict[str, str] = {}
+        """Session external id -> the ``prompt:`` alias of its last batch-opening prompt
+        (the facts after it name it, ``after_prompt``: the hooks' copy shares it)."""
+        self.calls = CallCounter()
+        """``call:{hash}:{n}`` of each tool call, handed over (``extra["call_alias"]``)."""
 
     # -- input -------------------------------------------------------------------------
 
@@ -185,7 +198,11 @@ class StreamParser:
         rtype = rec.get("type") if isinstance(rec.get("type"), str) else "(none)"
         uuid = str_or_none(rec.get("uuid"))
         record_key = f"uuid:{uuid}" if uuid else self.keys.key(line)
-        common: dict[str, Any] = {"source_format": SOURCE_FORMAT, "record_key": record_key}
+        common: dict[str, Any] = {
+            "source_format": SOURCE_FORMAT,
+            "record_key": record_key,
+            "after_prompt": self.last_prompt.get(ref.external_id),
+        }
         version = str_or_none(rec.get("claude_code_version"))
         if version:
             common["source_version"] = version
@@ -218,6 +235,7 @@ class StreamParser:
         self.children.add(child.external_id)
         parent = SessionRef(AGENT, child.parent_external_id or "", None, None, child.cwd)
         call = str(rec.get("parent_tool_use_id"))
+        in_parent = {**common, "after_prompt": self.last_prompt.get(parent.external_id)}
         return [
             Observation(
                 parent,
@@ -230,7 +248,7 @@ class StreamParser:
                     "agent_type": "task",
                     "tool_use_id": call,
                 },
-                **common,
+                **in_parent,
             ),
             Observation(
                 child,
@@ -307,20 +325,21 @@ class StreamParser:
             call_id = str_or_none(b.get("id"))
             if b.get("type") != "tool_use" or call_id is None:
                 continue
-            facts.append(
-                Observation(
-                    ref,
-                    "ToolCallStarted",
-                    f"tool:{call_id}:start",
-                    {
-                        "tool_use_id": call_id,
-                        "tool_name": str_or_none(b.get("name")) or "(unknown)",
-                        "tool_input": b.get("input"),
-                        "message_id": message_id,
-                    },
-                    **common,
-                )
+            name = str_or_none(b.get("name")) or "(unknown)"
+            start = Observation(
+                ref,
+                "ToolCallStarted",
+                f"tool:{call_id}:start",
+                {
+                    "tool_use_id": call_id,
+                    "tool_name": name,
+                    "tool_input": b.get("input"),
+                    "message_id": message_id,
+                },
+                **common,
             )
+            start.extra["call_alias"] = self.calls.alias(name, b.get("input"), ref.external_id, call_id)
+            facts.append(start)
         usage = message.get("usage")
         if isinstance(usage, dict):
             tokens = {k: int_or_none(usage.get(k)) or 0 for k in TOKENS}
@@ -350,20 +369,22 @@ class StreamParser:
             if b.get("type") != "tool_result" or call_id is None:
                 continue
             is_error = b.get("is_error") is True
-            facts.append(
-                Observation(
-                    ref,
-                    "ToolCallCompleted",
-                    f"tool:{call_id}:end",
-                    {
-                        "tool_use_id": call_id,
-                        "output": b.get("content"),
-                        "is_error": is_error,
-                        "error": tool_error_text(b.get("content")) if is_error else None,
-                    },
-                    **common,
-                )
+            done = Observation(
+                ref,
+                "ToolCallCompleted",
+                f"tool:{call_id}:end",
+                {
+                    "tool_use_id": call_id,
+                    "output": b.get("content"),
+                    "is_error": is_error,
+                    "error": tool_error_text(b.get("content")) if is_error else None,
+                },
+                **common,
             )
+            alias = self.calls.end(call_id)
+            if alias is not None:
+                done.extra["call_alias"] = alias
+            facts.append(done)
         if facts:
             return facts
         parts = (
@@ -378,9 +399,18 @@ class StreamParser:
         kind, text = classify_prompt(parts) if parts else ("other", "")
         if kind == "other":
             return []
-        return [
-            Observation(ref, "PromptSubmitted", key, {"text": text, "prompt_kind": kind}, **common)
-        ]
+        prompt = Observation(
+            ref,
+            "PromptSubmitted",
+            key,
+            {"text": text, "prompt_kind": kind},
+            alias_keys=(self.prompts.alias(ref.external_id, text),),
+            **common,
+        )
+        if kind in BATCH_OPENERS:
+            self.last_prompt[ref.external_id] = prompt.alias_keys[0]
+            prompt.after_prompt = None
+        return [prompt]
 
     def _result(
         self, rec: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]

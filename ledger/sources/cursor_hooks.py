@@ -25,7 +25,11 @@ Hooks -> facts:
   input}:{n}`` (n-th such hook call of the session) and its completion that alias
   plus ``:end``, the aliases the transcript import computes: one call, not two,
   whichever arrives first (a hook copy of a call the import recorded first is kept as
-  a ``RecordObserved`` ``tool call captured again``);
+  a ``RecordObserved`` ``tool call captured again``). A ``postToolUse`` whose
+  ``preToolUse`` has not come (none, or a late one) is known by the tool name and
+  input it repeats: it meets the transcript's call, or derives the call's start (with
+  its input and that alias); the ``preToolUse`` arriving later is the call's late
+  start (``LateStartObserved``), not a second call;
 * subagentStart / subagentStop ``{subagent_id, subagent_type, task}`` -> child session
   ``{conversation_id}/subagent-{subagent_id}``: ``SubagentLinked`` + child ``Started``
   (+ the task as its prompt) / ``SubagentStopped`` + child ``Ended``;
@@ -208,7 +212,12 @@ def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
         },
         k,
     )
-    o.extra["hook_call_hash"] = None  # the alias of its start, plus ":end"
+    # The alias of its start, plus ":end"; when its start has not come (yet), the call is
+    # known by its tool and input, which postToolUse repeats (Session._call_before_its_start)
+    has_input = "tool_input" in p
+    o.extra["hook_call_hash"] = call_hash(tool_name, p["tool_input"]) if has_input else None
+    if has_input:
+        o.extra["tool_input"] = p["tool_input"]  # for a start never seen (Session._start_unseen_call)
     return o
 
 

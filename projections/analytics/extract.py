@@ -11,7 +11,8 @@ rows, ``INSERT … SELECT``), so they follow the same rules as the relational re
 models (``projections/sessions.py``, ``batches.py``, ``tool_calls.py``): usage — the
 last record per ``message_id`` wins; batches open on a ``human``/``task`` prompt and
 end at ``TurnEnded``, the session's end or the next prompt; tool-call duration is the
-agent's figure, else completion minus start.
+agent's figure, else completion minus start, and a start that arrived after its
+completion (``LateStartObserved``) moves the start as ``projections/tool_calls.py`` says.
 
 Stored state format: the JSON object :func:`ledger.envelope.stored_bytes` writes (the
 event's fields; the raw record after a NUL byte is cut off before staging). Every
@@ -200,7 +201,11 @@ RECOMPUTE = [
                arg_max_null({_AT}, position) AS completed_at, max(position) AS end_position,
                min(position) AS first_position
         FROM {_EV} AND kind = 'ToolCallCompleted' GROUP BY ALL
-    ), j AS (
+    ), l AS (  -- starts that arrived after their completion (LateStartObserved): the earliest
+        SELECT stream_id, tool_use_id, min({_AT}) AS started_at,
+               arg_min_null(tool_name, {_AT}) AS tool_name
+        FROM {_EV} AND kind = 'LateStartObserved' GROUP BY ALL
+    ), sc AS (
         SELECT coalesce(s.stream_id, c.stream_id) AS session_id,
                coalesce(s.tool_use_id, c.tool_use_id) AS tool_use_id,
                -- the last start sets the batch; a call seen only completed: its first completion
@@ -211,14 +216,28 @@ RECOMPUTE = [
                     WHEN c.is_error THEN 'failed' ELSE 'completed' END AS status,
                coalesce(c.is_error, false) AS is_error, c.error,
                coalesce(c.interrupted, false) AS interrupted,
-               s.started_at, c.completed_at,
-               -- the agent's figure, else completion - start; NULL while either is missing
-               coalesce(c.duration_ms, CASE WHEN s.started_at IS NOT NULL
-                   AND c.completed_at IS NOT NULL THEN greatest(0, round(
-                       epoch_ms(c.completed_at) - epoch_ms(s.started_at)))::BIGINT END)
-                   AS duration_ms,
+               s.started_at, c.completed_at, c.duration_ms AS agent_ms,
+               -- completion - start; NULL while either is missing
+               CASE WHEN s.started_at IS NOT NULL AND c.completed_at IS NOT NULL
+                   THEN greatest(0, round(epoch_ms(c.completed_at) - epoch_ms(s.started_at)))::BIGINT
+               END AS span_ms,
                s.start_position, c.end_position
         FROM s FULL OUTER JOIN c ON s.stream_id = c.stream_id AND s.tool_use_id = c.tool_use_id
+    ), j AS (  -- a late start: its tool name when the call has none; its time unless the
+               -- start is earlier (to the ms), and a duration equal to the span recomputed
+        SELECT sc.* EXCLUDE (tool_name, started_at, agent_ms, span_ms),
+               CASE WHEN coalesce(sc.tool_name, '(unknown)') = '(unknown)'
+                    THEN coalesce(l.tool_name, sc.tool_name) ELSE sc.tool_name END AS tool_name,
+               CASE WHEN late THEN l.started_at ELSE sc.started_at END AS started_at,
+               -- the agent's figure, else completion - start
+               CASE WHEN late AND (agent_ms IS NULL OR agent_ms = span_ms)
+                    THEN CASE WHEN sc.completed_at IS NOT NULL THEN greatest(0, round(
+                        epoch_ms(sc.completed_at) - epoch_ms(l.started_at)))::BIGINT END
+                    ELSE coalesce(agent_ms, span_ms) END AS duration_ms
+        FROM sc LEFT JOIN l ON l.stream_id = sc.session_id AND l.tool_use_id = sc.tool_use_id,
+        LATERAL (SELECT coalesce(l.started_at IS NOT NULL AND (sc.started_at IS NULL
+            OR date_trunc('millisecond', l.started_at)
+               <= date_trunc('millisecond', sc.started_at)), false) AS late)
     ), a AS (  -- liveness jobs: calls attached to a (recovery or latest) batch
         SELECT stream_id, unnest(tool_use_ids) AS tool_use_id, batch, position
         FROM {_EV} AND kind = 'ActivitiesAttached'
