@@ -26,7 +26,8 @@ Both paths parse in their own thread/task and record through one
   body, or one in which no record could be read (its bytes are still recorded as
   rejected input).
 * :class:`JournalPump` — a thread that checks ``<data dir>/spool/hooks.journal`` every
-  ``JOURNAL_POLL_S`` (20 ms) and drains it (:mod:`ledger.journal`).
+  ``JOURNAL_POLL_S`` (20 ms) and drains it (:mod:`ledger.journal`); the transcripts its
+  hooks name are imported by :class:`api.transcript_follower.TranscriptFollower`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -45,6 +48,8 @@ from starlette.routing import Route
 
 from api.bootstrap import Services
 from api.hot_path.hook_fast import uuid7
+from api.transcript_follower import TranscriptFollower
+from ledger.app import RecordResult
 from ledger.ingest import (
     HOOK_PARSERS,
     MAX_BODY_BYTES,
@@ -56,7 +61,7 @@ from ledger.journal import JournalIngester, ingest_journal
 from ledger.observation import Rejected
 from ledger.quarantine import MAX_KEPT_BYTES
 from ledger.sources.claude_common import parse_time
-from ledger.writer import GroupWriter
+from ledger.writer import GroupWriter, Item
 
 JOURNAL_POLL_S = 0.02
 MAX_JOURNAL_BODY_BYTES = MAX_BODY_BYTES + (2 << 20)
@@ -72,10 +77,17 @@ class JournalPump:
     """Drains the spool journal continuously in one thread (errors are kept in
     ``error`` and retried on the next tick; the journal file keeps the records)."""
 
-    def __init__(self, services: Services, writer: GroupWriter) -> None:
-        self.ingester = JournalIngester(
-            services.settings.data_dir / "spool", submit=writer.submit
-        )
+    def __init__(
+        self, services: Services, writer: GroupWriter, follower: TranscriptFollower | None = None
+    ) -> None:
+        submit = writer.submit
+        if follower is not None:
+
+            def submit(items: Sequence[Item]) -> Future[RecordResult]:
+                follower.notice(items)
+                return writer.submit(items)
+
+        self.ingester = JournalIngester(services.settings.data_dir / "spool", submit=submit)
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="hookledger-journal", daemon=True)
@@ -109,15 +121,27 @@ class JournalPump:
 
 
 class HookIngest:
-    """The group writer, the journal pump and the POST route of one app."""
+    """The group writer, the journal pump, the transcript follower (when
+    ``transcript_quiet_s`` > 0) and the POST route of one app."""
 
     def __init__(self, services: Services) -> None:
         self.writer = GroupWriter(services.ledger)
-        self.pump = JournalPump(services, self.writer)
+        settings = services.settings
+        self.follower = (
+            TranscriptFollower(
+                services.ledger, settings.data_dir, settings.store_identity(),
+                settings.transcript_quiet_s,
+            )
+            if settings.transcript_quiet_s > 0
+            else None
+        )
+        self.pump = JournalPump(services, self.writer, self.follower)
 
     def start(self) -> None:
         """Start the writer, ingest what was journalled while the server was down
-        (errors are left to the pump's retries), then start the pump."""
+        (errors are left to the pump's retries), then start the pump and the follower."""
+        if self.follower is not None:
+            self.follower.start()
         self.writer.start()
         try:
             self.pump.ingester.drain()
@@ -127,6 +151,8 @@ class HookIngest:
 
     def stop(self) -> None:
         self.pump.stop()
+        if self.follower is not None:
+            self.follower.stop()
         self.writer.close()
 
     def routes(self) -> list[Route]:

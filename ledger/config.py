@@ -27,6 +27,10 @@ class Settings:
     summaries_interval_s: float = 5.0
     """How often ``hookledger serve`` summarises closed batches and ended sessions
     (seconds; 0: never)."""
+    transcript_quiet_s: float = 2.0
+    """``hookledger serve`` imports the transcript a local hook names once that
+    transcript's hooks have been quiet this long (seconds; 0: never): token usage and
+    replies are only in transcripts (:mod:`api.transcript_follower`)."""
     llm_base_url: str | None = None
     """OpenAI-compatible API for the optional LLM summariser (e.g.
     ``http://127.0.0.1:8080/v1``); None: the deterministic summariser only."""
@@ -52,6 +56,7 @@ class Settings:
             archive_after_days=int(os.environ.get("HOOKLEDGER_ARCHIVE_AFTER_DAYS") or 30),
             jobs_interval_s=float(os.environ.get("HOOKLEDGER_JOBS_INTERVAL_S") or 60),
             summaries_interval_s=float(os.environ.get("HOOKLEDGER_SUMMARIES_INTERVAL_S") or 5),
+            transcript_quiet_s=float(os.environ.get("HOOKLEDGER_TRANSCRIPT_QUIET_S") or 2),
             llm_base_url=os.environ.get("HOOKLEDGER_LLM_BASE_URL") or None,
             llm_model=os.environ.get("HOOKLEDGER_LLM_MODEL") or "gpt-4o-mini",
             llm_api_key=os.environ.get("HOOKLEDGER_LLM_API_KEY") or None,

@@ -48,8 +48,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @contextlib.contextmanager
 def _fresh_store(backend: str, data_dir: Path) -> Iterator[Settings]:
+    # transcripts named by hooks are followed only where a test asks (the follower is
+    # timed by the wall clock): tests/test_transcript_follower.py
     if backend == "sqlite":
-        yield Settings(data_dir)
+        yield Settings(data_dir, transcript_quiet_s=0)
         return
     if _PG_SKIP:
         pytest.skip(_PG_SKIP)
@@ -59,7 +61,7 @@ def _fresh_store(backend: str, data_dir: Path) -> Iterator[Settings]:
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     try:
-        yield Settings(data_dir, database_url=PG_URL, database_schema=schema)
+        yield Settings(data_dir, database_url=PG_URL, database_schema=schema, transcript_quiet_s=0)
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
@@ -94,6 +96,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     env["HOOKLEDGER_DATA_DIR"] = str(settings.data_dir)
     # liveness jobs run only when a test asks (clock-controlled), never on the wall clock
     env["HOOKLEDGER_JOBS_INTERVAL_S"] = str(settings.jobs_interval_s if settings.jobs_interval_s != 60 else 0)
+    env["HOOKLEDGER_TRANSCRIPT_QUIET_S"] = str(settings.transcript_quiet_s)
     if settings.database_url:
         env["HOOKLEDGER_DATABASE_URL"] = settings.database_url
     if settings.database_schema:
