@@ -54,7 +54,8 @@ _SUMMARY_FIELDS = ("tool_use_id", "tool_name", "is_error", "duration_ms", "promp
 class Message:
     """One SSE message: ``id`` (log position), ``kind`` (SSE ``event``), the session it
     concerns (None for rejected input), that session's ``cwd`` and external id (for
-    the filters), and ``frame``, the encoded SSE bytes."""
+    the filters), ``frame``, the encoded SSE bytes, and ``parent_id``, the session's
+    parent as its read-model row names it (derived messages only; None otherwise)."""
 
     id: int
     kind: str
@@ -62,6 +63,7 @@ class Message:
     cwd: str | None
     external_id: str | None
     frame: bytes
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,7 @@ def appended_section(services: Services, after: int, events: Events, known: Iden
         sid = str(event.originator_id) if isinstance(event, Session.Event) else None
         cwd, external = known.get(sid, (None, None)) if sid else (None, None)
         data = _appended(position, event, cwd, external)
-        out.append(_message((position, sid, cwd, external), APPENDED, data, position))
+        out.append(_message((position, sid, cwd, external, None), APPENDED, data, position))
     return Section(after, events[-1][0], tuple(out))
 
 
@@ -152,7 +154,7 @@ def derived_section(services: Services, after: int, events: Events) -> Section:
         row = rows.get(sid)
         if row is None:
             continue
-        tag = (position, sid, row["cwd"], row["external_id"])
+        tag = (position, sid, row["cwd"], row["external_id"], row["parent_id"])
         head = {"position": position, "session_id": sid}
         for batch, reason in _closed_batches(event):
             found = batches.get((sid, batch))
@@ -208,15 +210,15 @@ def _identify(services: Services, events: Events, known: Identities) -> None:
             known[sid] = (opened.cwd, opened.external_id)
 
 
-Tag = tuple[int, str | None, str | None, str | None]
-"""(position, session id, cwd, external id) of a message."""
+Tag = tuple[int, str | None, str | None, str | None, str | None]
+"""(position, session id, cwd, external id, parent id) of a message."""
 
 
 def _message(tag: Tag, kind: str, data: dict[str, Any], sse_id: int) -> Message:
-    _position, sid, cwd, external = tag
+    _position, sid, cwd, external, parent = tag
     text = orjson.dumps(data, default=str).decode()
     frame = ServerSentEvent(text, event=kind, id=str(sse_id)).encode()
-    return Message(sse_id, kind, sid, cwd, external, frame)
+    return Message(sse_id, kind, sid, cwd, external, frame, parent)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Query parameters: ``after`` (a log position; the ``Last-Event-ID`` header wins w
 both are given; default: the current head, i.e. live events only), ``session`` (a
 ledger id, an external id or a unique prefix), ``project`` (a cwd: that directory and
 everything under it), ``kinds`` (comma list of ``event.appended``, ``session.updated``,
-``batch.completed``, ``session.completed``). 400 ``{"error"}`` on a bad value.
+``batch.completed``, ``session.completed``), ``children`` (``1``: with ``session``, also
+the ``session.updated`` of its child sessions). 400 ``{"error"}`` on a bad value.
 
 Every message after ``after`` is sent once, in log order: first read from the log,
 then from the broadcaster's live sections (:mod:`api.broadcaster`). The protocol, with
@@ -28,7 +29,7 @@ from starlette.types import Message as ASGIMessage
 
 from api.bootstrap import Services
 from api.broadcaster import STOP, Broadcaster, Subscriber
-from api.sections import KINDS, Message, Section, read_section
+from api.sections import KINDS, SESSION_UPDATED, Message, Section, read_section
 from projections import queries
 from projections.snapshots import first_position
 
@@ -57,12 +58,15 @@ class StreamResponse(EventSourceResponse):
 
 @dataclass(frozen=True)
 class Filter:
-    """Which messages a client wants; None = any."""
+    """Which messages a client wants; None = any. ``children``: with ``session`` (a
+    ledger id), also the ``session.updated`` messages of the sessions whose parent it
+    is (their rows' ``parent_id``; subagent runs), none of their other messages."""
 
     session: str | None = None
     session_ref: str | None = None
     project: str | None = None
     kinds: frozenset[str] | None = None
+    children: bool = False
 
     def __call__(self, m: Message) -> bool:
         if self.kinds is not None and m.kind not in self.kinds:
@@ -71,6 +75,7 @@ class Filter:
             self.session is not None
             and m.session_id != self.session
             and (m.external_id is None or m.external_id != self.session_ref)
+            and not (self.children and m.kind == SESSION_UPDATED and m.parent_id == self.session)
         ):
             return False
         if self.project is not None:
@@ -167,6 +172,9 @@ def routes(services: Services) -> list[Route]:
                 return JSONResponse(
                     {"error": f"unknown kinds {sorted(unknown)}; known: {sorted(KINDS)}"}, 400
                 )
+        children = q.get("children", "")
+        if children not in ("", "0", "1"):
+            return JSONResponse({"error": f"children must be 0 or 1: {children!r}"}, 400)
         ref = q.get("session") or None
         session = None
         if ref:
@@ -180,7 +188,7 @@ def routes(services: Services) -> list[Route]:
             first = await anyio.to_thread.run_sync(first_position, services.models, session)
             if first is not None:
                 start = max(start, first - 1)
-        accept = Filter(session or ref, ref, q.get("project") or None, kinds)
+        accept = Filter(session or ref, ref, q.get("project") or None, kinds, children == "1")
         shutdown = anyio.Event()  # set by sse-starlette when the server shuts down
         return StreamResponse(
             messages(services, broadcaster, start, accept, shutdown),

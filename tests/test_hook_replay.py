@@ -81,6 +81,18 @@ def _ordered_payloads() -> tuple[list[dict[str, Any]], int]:
     return start + [p for _, p in sorted(payloads, key=lambda x: x[0])], unmatched
 
 
+def _subagent_payloads(agent_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One subagent run's tool hooks (Pre then Post of each call, in the order of its
+    PreToolUse hooks; ``agent_id`` set, so they belong to the child session) and its
+    SubagentStop hook (which the parent's stream records)."""
+    pre = [p for p in json.loads((LOGS / SESSION / "pre_tool_use.json").read_text()) if p.get("agent_id") == agent_id]
+    post = {p["tool_use_id"]: p for p in json.loads((LOGS / SESSION / "post_tool_use.json").read_text())
+            if p.get("agent_id") == agent_id}
+    tools = [q for p in pre for q in (p, post.get(p["tool_use_id"])) if q is not None]
+    (stop,) = [p for p in json.loads((LOGS / SESSION / "subagent_stop.json").read_text()) if p["agent_id"] == agent_id]
+    return tools, stop
+
+
 def _view(settings: Settings) -> dict[str, Any]:
     services = build(settings)
     try:

@@ -23,7 +23,7 @@ from httpx_sse import aconnect_sse
 from sse_starlette import EventSourceResponse
 from sse_starlette import sse as sse_module
 from sse_starlette.sse import SendTimeoutError
-from test_hook_replay import SESSION, _ordered_payloads
+from test_hook_replay import SESSION, _ordered_payloads, _subagent_payloads
 
 from api.bootstrap import build
 from api.broadcaster import Broadcaster
@@ -226,6 +226,75 @@ def test_bad_parameters(server: Server) -> None:
     assert httpx.get(server.url + "/v1/stream", params={"after": "x"}).status_code == 400
     r = httpx.get(server.url + "/v1/stream", headers={"Last-Event-ID": "-3"})
     assert r.status_code == 400 and "error" in r.json()
+    assert httpx.get(server.url + "/v1/stream", params={"children": "yes"}).status_code == 400
+
+
+def test_children_adds_the_subagents_session_updates_to_a_session_stream(settings: Settings) -> None:
+    """``session`` with ``children=1``: the parent's messages plus the ``session.updated``
+    of its subagent run (live, and replayed from the log), none of the subagent's other
+    messages; without ``children`` nothing of the subagent. Real hooks: session 4f65f198
+    starts, then one of its subagents runs 10 tool calls (``agent_id`` set) and stops."""
+    start = [p for p in json.loads((COORP / "session_start.json").read_text()) if p["session_id"] == SESSION]
+    tools, stop = _subagent_payloads("ab697ae37d23fb555")
+    srv = Server(settings).start()
+
+    def child_rows(r: Reader, child: str) -> list[dict[str, Any]]:
+        return [d["session"] for _, e, d in r.received if e == "session.updated" and d["session_id"] == child]
+
+    async def main() -> dict[str, Any]:
+        async with (
+            anyio.create_task_group() as tg,
+            httpx.AsyncClient(base_url=srv.url, timeout=30) as client,
+        ):
+            # by ledger id, as the viewer asks once it knows it (children are matched by
+            # their rows' parent_id, a ledger id)
+            opened = await post(client, start[0], "children-start")
+            parent = opened["sessions"][0]
+            live = {
+                "children": Reader(srv.url, {"session": parent, "children": "1"}),
+                "alone": Reader(srv.url, {"session": parent}),
+            }
+            for r in live.values():
+                tg.start_soon(r.run)
+            for r in live.values():
+                await r.until(lambda r: r.connects > 0)
+            for n, payload in enumerate([*tools, stop]):
+                await post(client, payload, f"children-{n}")
+            detail = (await client.get(f"/v1/sessions/{parent}")).json()
+            (child,) = detail["children"]
+            final = (await client.get(f"/v1/sessions/{child}")).json()
+            done = lambda r: any(  # noqa: E731
+                s["event_count"] == final["event_count"] for s in child_rows(r, child)
+            )
+            await live["children"].until(done)
+            replay = Reader(srv.url, {"session": parent, "children": "1"}, after="0")
+            tg.start_soon(replay.run)
+            await replay.until(done)
+            await asyncio.sleep(1)  # anything wrongly extra would arrive now
+            events = (await client.get(f"/v1/sessions/{parent}/events")).json()["events"]
+            tg.cancel_scope.cancel()
+        return {"live": live, "replay": replay, "parent": parent, "child": child, "final": final,
+                "positions": [e["position"] for e in events], "before": max(opened["positions"])}
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        srv.stop()
+    parent, child, final = out["parent"], out["child"], out["final"]
+    assert final["parent_id"] == parent and final["tool_call_count"] == 10
+    assert final["status"] == "COMPLETED"  # the SubagentStop hook ended the run
+    later = [p for p in out["positions"] if p > out["before"]]  # after the live readers joined
+    for r, own in ((out["live"]["children"], later), (out["replay"], out["positions"])):
+        assert r.ids() == own  # the parent's events, not the child's
+        assert {(e, d["session_id"]) for _, e, d in r.received if d["session_id"] != parent} == {
+            ("session.updated", child)
+        }
+        rows = child_rows(r, child)
+        assert rows[-1] == {k: final[k] for k in rows[-1]}  # the newest row: as the API has it
+        assert all(s["parent_id"] == parent for s in rows)
+    alone = out["live"]["alone"]
+    assert alone.ids() == later
+    assert all(d["session_id"] == parent for _, _, d in alone.received)
 
 
 def test_slow_client_does_not_block_others(settings: Settings) -> None:

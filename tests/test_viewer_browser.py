@@ -665,3 +665,140 @@ def test_the_session_page_shows_slash_commands_in_their_batch(
         srv.stop()
     assert [(k, t) for k, t, _ in shown] == expected
     assert [b for _, _, b in shown] == [str(i["batch"]) for i in inputs]
+
+
+def test_a_parent_page_follows_its_subagent_run_live(settings: Settings, request: pytest.FixtureRequest) -> None:
+    # Real hooks of session 4f65f198 (Claude Code 2.1.170): the parent's page is open (by
+    # the agent's session id) when one of its subagent runs makes its first tool call
+    # (hooks with agent_id: the child session's events, none on the parent's stream),
+    # then nine more, then stops. The run appears in the subagents list, and its row (the
+    # same <tr>) and the totals with subagents follow its tool calls without a reload.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+    from test_hook_replay import SESSION, _subagent_payloads
+
+    payloads, _ = _ordered_payloads()
+    tools, stop = _subagent_payloads("ab697ae37d23fb555")
+    row = "id => document.querySelector(`#subagents tr[data-id=\"${id}\"]`)"
+    cell = "([id, n]) => (" + row + ")(id)?.children[n]?.textContent.trim()"
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / request.node.name
+    srv = Server(settings).start()
+    try:
+        sid = post(srv.url, payloads[0], "sub-start")["sessions"][0]
+        with sync_playwright() as p:
+            browser, page = _open_page(p)
+            page.goto(f"{srv.url}/#/session/{SESSION}")
+            page.wait_for_selector("#conn[data-state=live]")
+            page.wait_for_function("n => window.hookledger.positions.length >= n", arg=2)  # Opened, Started
+            page.evaluate("() => { window.notReloaded = true; }")
+            # the run's first tool call: a new subagent appears
+            (child,) = post(srv.url, tools[0], "sub-tool-0")["sessions"]
+            page.wait_for_selector(f'#subagents tr[data-id="{child}"]')
+            page.evaluate(f"id => {{ ({row})(id).kept = true; }}", child)
+            # nine more: the row follows (tool calls are column 6)
+            for n, hook in enumerate(tools[1:], 1):
+                post(srv.url, hook, f"sub-tool-{n}")
+            running = httpx.get(f"{srv.url}/v1/sessions/{child}").json()
+            page.wait_for_function(f"a => ({cell})(a) === a[2]", arg=[child, 5, f"{running['tool_call_count']:,}"])
+            with_subagents = page.inner_text("#session-totals [data-total='with subagents']")
+            page.screenshot(path=f"{shot}-running.png")
+            # its SubagentStop: completed
+            post(srv.url, stop, "sub-stop")
+            page.wait_for_function(f"a => ({cell})(a) === a[2]", arg=[child, 0, "COMPLETED"])
+            kept = page.evaluate(f"id => ({row})(id).kept === true", child)
+            reloaded = page.evaluate("() => window.notReloaded !== true")
+            page.screenshot(path=f"{shot}-stopped.png")
+            browser.close()
+        parent = httpx.get(f"{srv.url}/v1/sessions/{sid}").json()
+    finally:
+        srv.stop()
+    assert running["tool_call_count"] == 10 and running["parent_id"] == sid
+    assert [c["id"] for c in parent["subagents"]] == [child]
+    assert kept and not reloaded  # updated in place
+    # the parent made no tool call: the sums with its subagent are the run's
+    assert with_subagents.startswith("with 1 subagent")
+    assert f"{parent['prompt_count']:,} prompts · {running['tool_call_count']:,} tool calls" in with_subagents
+
+
+def test_a_live_update_of_one_batch_leaves_the_other_batches_nodes_alone(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    # A session with a few hundred prompt batches: the real hooks of session 4f65f198
+    # (its two batches with their tool calls), then its real prompts (numbered) and Stop
+    # hooks again (150 more batches, one journal request), then one more prompt. With the page open,
+    # one tool call arrives for the open batch; its input is markup. Every element of the
+    # batches is marked before: afterwards only the new row (and that batch's header) are
+    # new elements, every other batch is the same nodes, and the input shows as text.
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    from playwright.sync_api import sync_playwright
+
+    from api.hot_path.hook_fast import JOURNAL_CONTENT_TYPE, record_bytes, uuid7
+
+    payloads, _ = _ordered_payloads()
+    # the typed prompts (a slash command or a task notification opens no batch)
+    prompts = [p for p in payloads if p["hook_event_name"] == "UserPromptSubmit" and not p["prompt"].startswith(("/", "<"))]
+    stops = [p for p in payloads if p["hook_event_name"] == "Stop"]
+    pre = next(p for p in payloads if p["hook_event_name"] == "PreToolUse")
+    markup = '<img id="xss" src="x" onerror="window.pwned=1"><b>not bold</b>'
+    live_call = {**pre, "tool_use_id": "toolu_viewer_live_1", "tool_name": "Bash", "tool_input": {"command": markup}}
+    # a prompt repeated word for word is the same prompt seen again: each gets a number
+    again = lambda n: {**prompts[n % len(prompts)], "prompt": f"{prompts[n % len(prompts)]['prompt']} (again {n})"}  # noqa: E731
+    more = [hook for n in range(150) for hook in (again(n), stops[n % len(stops)])]
+    more.append(again(150))
+    # no summary worker: nothing but the posted call may change the batches meanwhile
+    srv = Server(settings, env={"HOOKLEDGER_SUMMARIES_INTERVAL_S": "0"}).start()
+    try:
+        for n, hook in enumerate(payloads):
+            sid = post(srv.url, hook, f"big-{n}")["sessions"][0]
+        # captured after the hooks above, a millisecond apart, in order
+        now = datetime.now(UTC)
+        journal = b"".join(
+            record_bytes("claude-code", json.dumps(h).encode(), uuid7(),
+                         (now + timedelta(milliseconds=n + 1)).isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+            for n, h in enumerate(more)
+        )
+        r = httpx.post(srv.url + "/v1/journal", content=journal, timeout=120,
+                       headers={"Content-Type": JOURNAL_CONTENT_TYPE})
+        assert r.status_code == 202, r.text
+        log = httpx.get(f"{srv.url}/v1/sessions/{sid}/events").json()["events"]
+        detail = httpx.get(f"{srv.url}/v1/sessions/{sid}").json()
+        with sync_playwright() as p:
+            browser, page = _open_page(p)
+            page.goto(f"{srv.url}/#/session/{sid}")
+            # the page shows the final state: every event received, every batch and call
+            page.wait_for_function("n => window.hookledger.positions.length >= n", arg=len(log))
+            page.wait_for_function(
+                "([b, c]) => document.querySelectorAll('#batches .batch[data-batch]:not([data-batch=\"0\"])').length === b"
+                " && document.querySelectorAll('#batches tr[data-tool-use-id]').length === c",
+                arg=[len(detail["batches"]), len(detail["tool_calls"])],
+            )
+            page.evaluate("() => { for (const n of document.querySelectorAll('#batches, #batches *')) n.kept = true; }")
+            post(srv.url, live_call, "big-live")
+            page.wait_for_selector('#batches tr[data-tool-use-id="toolu_viewer_live_1"]')
+            fresh = page.evaluate("""() => {
+                const made = [...document.querySelectorAll('#batches *')].filter((n) => !n.kept);
+                return {
+                    batches: [...new Set(made.map((n) => n.closest('.batch').dataset.batch))],
+                    rows: made.filter((n) => n.matches('tr[data-tool-use-id]')).map((n) => n.dataset.toolUseId),
+                    kept: [...document.querySelectorAll('#batches .batch')].every((b) => b.kept),
+                };
+            }""")
+            page.click('#batches details[data-key="in:toolu_viewer_live_1"] > summary')
+            shown = page.inner_text('#batches details[data-key="in:toolu_viewer_live_1"] > pre')
+            xss = page.locator("#xss, #batches b").count()
+            pwned = page.evaluate("window.pwned === 1")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
+            browser.close()
+    finally:
+        srv.stop()
+    last = detail["batches"][-1]["batch"]
+    assert len(detail["batches"]) > 150 and detail["batches"][-1]["status"] != "completed"
+    assert fresh == {"batches": [str(last)], "rows": ["toolu_viewer_live_1"], "kept": True}
+    assert json.loads(shown) == {"command": markup} and xss == 0 and not pwned

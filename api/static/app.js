@@ -11,9 +11,10 @@ const MAX_JSON_CHARS = 20000;
 const TOKEN_KEY = "hookledger_token";
 
 // Read by the browser test: positions of the event.appended messages received in the
-// session view, duplicates among them, and connection counts.
+// session view, duplicates among them, and connection counts; renderMs (how long the
+// last session render took) by benchmarks/viewer_burst.py.
 const debug = (window.hookledger = {
-  positions: [], duplicates: 0, connects: 0, view: null, rendered: 0,
+  positions: [], duplicates: 0, connects: 0, view: null, rendered: 0, renderMs: null,
 });
 
 const view = document.getElementById("view");
@@ -172,6 +173,35 @@ function nextFrame(fn) {
   setTimeout(once, 1000);
 }
 
+// Keyed DOM updates: make parent's children the nodes of items, in order. An item is
+// [key, sig, build]; sig is a string of everything the node shows. A node whose key had
+// the same sig at the last call is kept as it is (an open output, its scroll and a
+// selection in it with it); otherwise build(its previous node, or undefined) makes it
+// (it may update and return the previous node). Nodes no item names are removed. A
+// repeated key gets a suffix, so every item is shown. parent holds only keyed nodes.
+const keyedNodes = new WeakMap(); // parent -> Map(key -> {sig, node})
+function keyed(parent, items) {
+  const before = keyedNodes.get(parent) || new Map();
+  const now = new Map();
+  for (const [key, sig, build] of items) {
+    let k = key;
+    for (let n = 2; now.has(k); n++) k = `${key}#${n}`;
+    const had = before.get(k);
+    now.set(k, had && had.sig === sig ? had : { sig, node: build(had?.node) });
+  }
+  keyedNodes.set(parent, now);
+  let at = parent.firstChild;
+  for (const { node } of now.values()) {
+    if (node === at) at = at.nextSibling;
+    else parent.insertBefore(node, at); // moves a kept node, inserts a new one
+  }
+  while (at) { // what no item named
+    const next = at.nextSibling;
+    at.remove();
+    at = next;
+  }
+}
+
 function setConn(text, state) {
   conn.textContent = text;
   conn.dataset.state = state;
@@ -194,6 +224,17 @@ function openStream(params, handlers) {
   closeStream();
   const s = { params, handlers, last: params.after ?? null, es: null, timer: null, closed: false };
   stream = s;
+  connect(s);
+}
+
+// Change the open stream's query (e.g. a session's reference to its ledger id); the new
+// connection resumes after the last message received, so nothing is lost or repeated.
+function restream(change) {
+  const s = stream;
+  if (!s) return;
+  Object.assign(s.params, change);
+  clearTimeout(s.timer);
+  s.es?.close();
   connect(s);
 }
 
@@ -471,7 +512,13 @@ function sessionView(id) {
   const lineage = el("p", { id: "lineage", class: "lineage", hidden: true });
   const totals = el("p", { id: "session-totals", class: "totals" });
   const meta = el("dl", { class: "meta" });
-  const subagents = el("section", { id: "subagents", hidden: true });
+  const subagentsTitle = el("h2");
+  const subagentRows = el("tbody");
+  const subagents = el("section", { id: "subagents", hidden: true }, subagentsTitle,
+    el("table", { class: "subagents" },
+      el("thead", {}, el("tr", {}, ...["status", "type", "session", "spawned by", "prompts", "tool calls", "tokens in / out", "cost", "started", "duration"].map(
+        (h, i) => el("th", { class: i >= 4 && i <= 7 ? "num" : null }, h)))),
+      subagentRows));
   const batches = el("div", { id: "batches" });
   const timeline = el("ol", { id: "timeline" });
   const events = el("ol", { id: "events", class: "events" });
@@ -492,89 +539,128 @@ function sessionView(id) {
   // the newest GET /v1/sessions/{id} answer: its lineage and subagents (the stream's
   // session.updated carries only the sessions row)
   let detail = null;
+  let own = null; // the newest row of this session (detail or session.updated)
+  let callsById = new Map(); // tool_use_id -> this session's tool call (of detail)
+  const childRows = new Map(); // subagent id -> its newest row from the stream
 
   function renderMeta(s) {
+    own = s;
     title.replaceChildren("session ", s.external_id || s.id, " ", badge(s.status));
     // the session's own totals; its subagents' are theirs (docs/cost.md), added below
-    const own = [...totalItems(s), ["duration", span(s.started_at, s.ended_at || s.last_activity_at)]];
+    const items = [...totalItems(s), ["duration", span(s.started_at, s.ended_at || s.last_activity_at)]];
     const subs = detail?.subagents || [];
     const sum = (k) => subs.reduce((n, c) => n + (c[k] || 0), s[k] || 0);
-    totals.replaceChildren(...totalsNodes(own), ...(subs.length ? [
+    totals.replaceChildren(...totalsNodes(items), ...(subs.length ? [
       el("br"),
       el("span", { "data-total": "with subagents" }, el("span", { class: "muted" }, `with ${subs.length} subagent${subs.length === 1 ? "" : "s"} `),
         `${num(sum("prompt_count"))} prompts · ${num(sum("tool_call_count"))} tool calls · tokens ${num(sum("input_tokens"))} / ${num(sum("output_tokens"))} · `,
         costText({ cost_usd: sum("cost_usd"), unpriced_tokens: sum("unpriced_tokens"), agent_cost_usd: null })),
     ] : []));
-    const items = [
+    const facts = [
       ["agent", s.agent + (s.agent_type ? ` (${s.agent_type})` : "")], ["project", s.cwd], ["model", s.model],
       ["started", when(s.started_at)], ["last activity", when(s.last_activity_at)], ["ended", when(s.ended_at)],
       ["events", num(s.event_count)], ["ledger id", s.id],
     ];
-    meta.replaceChildren(...items.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "–")]));
+    meta.replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "–")]));
   }
 
   // "Task in batch #1: <its description>" (Claude Code's Task/Agent tool input)
+  const about = (call) => (call && call.tool_input && typeof call.tool_input.description === "string" ? call.tool_input.description.slice(0, 200) : "");
   function spawnedBy(call, toolUseId) {
     if (!call) return toolUseId ? el("span", { class: "muted" }, toolUseId) : "–";
-    const about = call.tool_input && typeof call.tool_input.description === "string" ? call.tool_input.description : "";
-    return el("span", {}, el("strong", {}, call.tool_name || "?"), ` in batch #${call.batch}`, about ? `: ${about.slice(0, 200)}` : "");
+    return el("span", {}, el("strong", {}, call.tool_name || "?"), ` in batch #${call.batch}`, about(call) ? `: ${about(call)}` : "");
   }
 
-  // a subagent: whose, and which tool call of the parent spawned it; a parent: its
-  // subagents, each also linked from the tool call that spawned it
+  // one subagent's row: the <tr> stays, its cells follow the newest row
+  function subagentRow(tr, c) {
+    const call = callsById.get(c.parent_tool_use_id);
+    tr = tr || el("tr", { "data-id": c.id });
+    tr.replaceChildren(
+      el("td", {}, badge(c.status)),
+      el("td", {}, c.agent_type || childKind(c)),
+      el("td", {}, sessionLink(c.id, shortId(c), c.external_id)),
+      el("td", { title: c.parent_tool_use_id }, spawnedBy(call, c.parent_tool_use_id)),
+      el("td", { class: "num" }, num(c.prompt_count)),
+      el("td", { class: "num" }, num(c.tool_call_count), c.tool_error_count ? el("span", { class: "error" }, ` (${c.tool_error_count} failed)`) : null),
+      el("td", { class: "num" }, `${num(c.input_tokens)} / ${num(c.output_tokens)}`),
+      el("td", { class: "num" }, costText({ ...c, agent_cost_usd: null })),
+      el("td", {}, when(c.started_at)),
+      el("td", {}, span(c.started_at, c.ended_at || c.last_activity_at)),
+    );
+    return tr;
+  }
+
+  // a parent's subagents (rows keyed by id: only a changed one is touched)
+  function renderSubagents(subs) {
+    subagents.hidden = !subs.length;
+    subagentsTitle.textContent = `Subagents (${subs.length})`;
+    keyed(subagentRows, subs.map((c) => {
+      const call = callsById.get(c.parent_tool_use_id);
+      const sig = JSON.stringify([c, call ? [call.tool_name, call.batch, about(call)] : null]);
+      return [c.id, sig, (tr) => subagentRow(tr, c)];
+    }));
+  }
+
+  // a subagent: whose, and which tool call of the parent spawned it
   function renderLineage(d) {
     lineage.hidden = !d.parent_id;
-    if (d.parent_id) {
-      const p = d.parent, call = d.spawned_by;
-      lineage.replaceChildren(
-        `↳ ${childKind(d)}${d.agent_type ? ` (${d.agent_type})` : ""} of `,
-        p ? sessionLink(p.id, (p.external_id || p.id) + (p.agent_type ? ` (${p.agent_type})` : ""))
-          : el("span", { title: d.parent_id }, d.parent_id.slice(0, 8) + " (no such session in the ledger)"),
-        p ? " " : "", p ? badge(p.status) : "",
-        call ? el("span", { class: "spawned-by" }, " · spawned by ", el("strong", {}, call.tool_name || "?"),
-          ` in batch #${call.batch}`, call.description ? `: ${call.description}` : "",
-          el("span", { class: "muted" }, ` (${call.tool_use_id})`))
-          : d.parent_tool_use_id ? el("span", { class: "muted" }, ` · spawned by tool call ${d.parent_tool_use_id}`) : "",
-      );
-    }
-    const subs = d.subagents || [];
-    const calls = new Map(d.tool_calls.map((c) => [c.tool_use_id, c]));
-    subagents.hidden = !subs.length;
-    subagents.replaceChildren(
-      el("h2", {}, `Subagents (${subs.length})`),
-      el("table", { class: "subagents" },
-        el("thead", {}, el("tr", {}, ...["status", "type", "session", "spawned by", "prompts", "tool calls", "tokens in / out", "cost", "started", "duration"].map(
-          (h, i) => el("th", { class: i >= 4 && i <= 7 ? "num" : null }, h)))),
-        el("tbody", {}, ...subs.map((c) => el("tr", { "data-id": c.id },
-          el("td", {}, badge(c.status)),
-          el("td", {}, c.agent_type || childKind(c)),
-          el("td", {}, sessionLink(c.id, shortId(c), c.external_id)),
-          el("td", { title: c.parent_tool_use_id }, spawnedBy(calls.get(c.parent_tool_use_id), c.parent_tool_use_id)),
-          el("td", { class: "num" }, num(c.prompt_count)),
-          el("td", { class: "num" }, num(c.tool_call_count), c.tool_error_count ? el("span", { class: "error" }, ` (${c.tool_error_count} failed)`) : null),
-          el("td", { class: "num" }, `${num(c.input_tokens)} / ${num(c.output_tokens)}`),
-          el("td", { class: "num" }, costText({ ...c, agent_cost_usd: null })),
-          el("td", {}, when(c.started_at)),
-          el("td", {}, span(c.started_at, c.ended_at || c.last_activity_at)),
-        )))));
+    if (!d.parent_id) return;
+    const p = d.parent, call = d.spawned_by;
+    lineage.replaceChildren(
+      `↳ ${childKind(d)}${d.agent_type ? ` (${d.agent_type})` : ""} of `,
+      p ? sessionLink(p.id, (p.external_id || p.id) + (p.agent_type ? ` (${p.agent_type})` : ""))
+        : el("span", { title: d.parent_id }, d.parent_id.slice(0, 8) + " (no such session in the ledger)"),
+      p ? " " : "", p ? badge(p.status) : "",
+      call ? el("span", { class: "spawned-by" }, " · spawned by ", el("strong", {}, call.tool_name || "?"),
+        ` in batch #${call.batch}`, call.description ? `: ${call.description}` : "",
+        el("span", { class: "muted" }, ` (${call.tool_use_id})`))
+        : d.parent_tool_use_id ? el("span", { class: "muted" }, ` · spawned by tool call ${d.parent_tool_use_id}`) : "",
+    );
   }
 
-  function toolTable(calls, spawned) {
-    return el("table", { class: "tools" },
+  // A subagent's session.updated (the stream's children=1): its row is updated in
+  // place, with the totals; a run the page has not listed yet needs the detail (its
+  // spawning call, its place in the list).
+  function childUpdated(c) {
+    childRows.set(c.id, c);
+    const subs = detail?.subagents;
+    const i = subs ? subs.findIndex((x) => x.id === c.id) : -1;
+    if (i < 0) {
+      refresh();
+      return;
+    }
+    subs[i] = { ...subs[i], ...c };
+    renderSubagents(subs);
+    if (own) renderMeta(own);
+  }
+  // a detail fetched before a subagent's newest update arrived keeps that update
+  const fresherChild = (c) => {
+    const s = childRows.get(c.id);
+    return s && s.event_count > c.event_count ? { ...c, ...s } : c;
+  };
+
+  function toolRow(c, spawned) {
+    return el("tr", { "data-tool-use-id": c.tool_use_id, class: c.is_error ? "error" : null },
+      el("td", {}, c.tool_name || "?", ...(spawned.get(c.tool_use_id) || []).flatMap((child) => [
+        el("br"), el("span", { class: "spawned" }, "→ ", sessionLink(child.id, `${childKind(child)} ${shortId(child)}`, child.external_id))])),
+      el("td", {}, c.status, c.interrupted ? " (interrupted)" : ""),
+      el("td", { class: "num" }, num(c.duration_ms)),
+      el("td", {}, c.tool_input == null ? "–" : lazyPre("input", c.tool_input, "in:" + c.tool_use_id, openKeys)),
+      el("td", {}, c.is_error && c.error ? el("div", { class: "error" }, c.error) : null,
+        c.output == null ? (c.is_error ? null : "–") : lazyPre("output", c.output, "out:" + c.tool_use_id, openKeys)),
+    );
+  }
+
+  // the table stays; its rows are keyed by tool_use_id (sigs: what each row shows)
+  function toolTable(table, calls, sigs, spawned) {
+    table = table || el("table", { class: "tools" },
       el("thead", {}, el("tr", {}, ...["tool", "status", "duration (ms)", "input", "output / error"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, ...calls.map((c) => el("tr", { "data-tool-use-id": c.tool_use_id, class: c.is_error ? "error" : null },
-        el("td", {}, c.tool_name || "?", ...(spawned.get(c.tool_use_id) || []).flatMap((child) => [
-          el("br"), el("span", { class: "spawned" }, "→ ", sessionLink(child.id, `${childKind(child)} ${shortId(child)}`, child.external_id))])),
-        el("td", {}, c.status, c.interrupted ? " (interrupted)" : ""),
-        el("td", { class: "num" }, num(c.duration_ms)),
-        el("td", {}, c.tool_input == null ? "–" : lazyPre("input", c.tool_input, "in:" + c.tool_use_id, openKeys)),
-        el("td", {}, c.is_error && c.error ? el("div", { class: "error" }, c.error) : null,
-          c.output == null ? (c.is_error ? null : "–") : lazyPre("output", c.output, "out:" + c.tool_use_id, openKeys)),
-      ))));
+      el("tbody"));
+    keyed(table.tBodies[0], calls.map((c, i) => [String(c.tool_use_id), sigs[i], () => toolRow(c, spawned)]));
+    return table;
   }
 
   function summaryBlock(sm) {
-    if (!sm) return null;
     const lists = [["completed", "Completed"], ["learned", "Learned"], ["investigated", "Investigated"],
       ["next_steps", "Next steps"], ["commands_failed", "Commands that failed"]];
     const source = sm.summariser + (sm.model ? ` · ${sm.model}` : "") + (sm.fallback_reason ? ` · fallback: ${sm.fallback_reason}` : "");
@@ -589,7 +675,42 @@ function sessionView(id) {
     );
   }
 
-  // While the reader selects text in the batches, a re-render would clear the
+  // inputs that open no batch (slash commands, task notifications)
+  const inputList = (items) => el("ul", { class: "inputs" }, ...items.map((i) => el("li", { class: "input", "data-kind": i.kind },
+    el("code", {}, i.text || ""), " ", el("span", { class: "muted" }, `${i.kind.replace("_", " ")} · ${when(i.occurred_at)}`))));
+
+  function batchHead(b) {
+    return el("div", {}, el("strong", {}, `#${b.batch}`), " ", badge(b.status), " ",
+      el("span", { class: "muted" }, `${b.prompt_kind || ""} · ${when(b.started_at)} · ${num(b.tool_call_count)} tool calls`,
+        b.tool_error_count ? ` · ${b.tool_error_count} failed` : "", b.end_reason ? ` · ended: ${b.end_reason}` : ""));
+  }
+
+  // One batch (b: its prompt_batches row; null for batch 0, "Before the first prompt")
+  // as a keyed item of #batches: unchanged (same sig), it is left alone; changed, its
+  // block stays and only its changed parts and tool call rows are made again.
+  function batchItem(n, b, calls, inputs, summary, spawned) {
+    const sigs = calls.map((c) => JSON.stringify([c, (spawned.get(c.tool_use_id) || []).map(
+      (ch) => [ch.id, ch.external_id, ch.parent_id, ch.parent_tool_use_id, ch.agent_type])]));
+    const head = b ? JSON.stringify([b.status, b.prompt_kind, b.started_at, b.tool_call_count, b.tool_error_count, b.end_reason]) : "";
+    const sig = JSON.stringify([head, b?.prompt, b?.last_assistant_message, inputs, summary]) + "\n" + sigs.join("\n");
+    const build = (block) => {
+      block = block || el("div", { class: "batch", "data-batch": n });
+      if (b) block.dataset.status = b.status;
+      keyed(block, [
+        b ? ["head", head, () => batchHead(b)] : ["head", "", () => el("strong", {}, "Before the first prompt")],
+        b ? ["prompt", b.prompt || "", () => el("div", { class: "prompt" }, b.prompt || "")] : null,
+        inputs ? ["inputs", JSON.stringify(inputs), () => inputList(inputs)] : null,
+        calls.length ? ["tools", sigs.join("\n"), (table) => toolTable(table, calls, sigs, spawned)] : null,
+        b && b.last_assistant_message ? ["reply", b.last_assistant_message,
+          () => lazyPre("last reply", b.last_assistant_message, "reply:" + n, openKeys)] : null,
+        summary ? ["summary", JSON.stringify(summary), () => summaryBlock(summary)] : null,
+      ].filter(Boolean));
+      return block;
+    };
+    return ["batch:" + n, sig, build];
+  }
+
+  // While the reader selects text in the batches, an update could clear the
   // selection: the newest detail waits until the selection ends.
   let deferred = null;
   const selecting = () => {
@@ -607,16 +728,22 @@ function sessionView(id) {
   };
   document.addEventListener("selectionchange", onSelection);
 
+  // Applies a GET /v1/sessions/{id} answer with keyed updates: only the batches, tool
+  // call rows, subagent rows and timeline entries whose content changed are made again.
   function render(d) {
     if (selecting()) {
       deferred = d;
       return;
     }
+    const started = performance.now();
+    d.subagents = (d.subagents || []).map(fresherChild);
     detail = d;
+    callsById = new Map(d.tool_calls.map((c) => [c.tool_use_id, c]));
     renderMeta(d);
     renderLineage(d);
+    renderSubagents(d.subagents);
     const spawned = new Map(); // tool_use_id -> the subagents that call spawned
-    for (const c of d.subagents || []) {
+    for (const c of d.subagents) {
       if (!c.parent_tool_use_id) continue;
       if (!spawned.has(c.parent_tool_use_id)) spawned.set(c.parent_tool_use_id, []);
       spawned.get(c.parent_tool_use_id).push(c);
@@ -627,63 +754,58 @@ function sessionView(id) {
       if (!byBatch.has(c.batch)) byBatch.set(c.batch, []);
       byBatch.get(c.batch).push(c);
     }
-    // inputs that open no batch (slash commands, task notifications), in log order
+    // inputs that open no batch, in log order
     const inputsOf = new Map();
     for (const i of d.inputs || []) {
       if (!inputsOf.has(i.batch)) inputsOf.set(i.batch, []);
       inputsOf.get(i.batch).push(i);
     }
-    const inputList = (batch) => {
-      const items = inputsOf.get(batch);
-      return items ? el("ul", { class: "inputs" }, ...items.map((i) => el("li", { class: "input", "data-kind": i.kind },
-        el("code", {}, i.text || ""), " ", el("span", { class: "muted" }, `${i.kind.replace("_", " ")} · ${when(i.occurred_at)}`)))) : null;
-    };
-    const blocks = [];
-    const sessionSummary = summaryBlock(summaries.get("session:0"));
-    if (sessionSummary) blocks.push(sessionSummary);
+    const items = [];
+    const sessionSummary = summaries.get("session:0");
+    if (sessionSummary) items.push(["summary:session", JSON.stringify(sessionSummary), () => summaryBlock(sessionSummary)]);
     if (byBatch.has(0) || inputsOf.has(0)) {
-      blocks.push(el("div", { class: "batch", "data-batch": 0 }, el("strong", {}, "Before the first prompt"),
-        inputList(0), byBatch.has(0) ? toolTable(byBatch.get(0), spawned) : null));
+      items.push(batchItem(0, null, byBatch.get(0) || [], inputsOf.get(0), null, spawned));
     }
     for (const b of d.batches) {
-      const calls = byBatch.get(b.batch) || [];
-      blocks.push(el("div", { class: "batch", "data-batch": b.batch, "data-status": b.status },
-        el("div", {}, el("strong", {}, `#${b.batch}`), " ", badge(b.status), " ",
-          el("span", { class: "muted" }, `${b.prompt_kind || ""} · ${when(b.started_at)} · ${num(b.tool_call_count)} tool calls`,
-            b.tool_error_count ? ` · ${b.tool_error_count} failed` : "", b.end_reason ? ` · ended: ${b.end_reason}` : "")),
-        el("div", { class: "prompt" }, b.prompt || ""),
-        inputList(b.batch),
-        calls.length ? toolTable(calls, spawned) : null,
-        b.last_assistant_message ? lazyPre("last reply", b.last_assistant_message, "reply:" + b.batch, openKeys) : null,
-        summaryBlock(summaries.get(`batch:${b.batch}`)),
-      ));
+      items.push(batchItem(b.batch, b, byBatch.get(b.batch) || [], inputsOf.get(b.batch), summaries.get(`batch:${b.batch}`), spawned));
     }
-    // open outputs keep where the reader scrolled them to
+    // an open output made again keeps where the reader scrolled it to
     const scrolled = [...batches.querySelectorAll("details[open][data-key] > pre")]
       .filter((pre) => pre.scrollTop > 0)
       .map((pre) => [pre.parentElement.dataset.key, pre.scrollTop]);
-    batches.replaceChildren(...blocks);
+    keyed(batches, items);
     for (const [key, top] of scrolled) {
       const pre = batches.querySelector(`details[data-key="${CSS.escape(key)}"] > pre`);
-      if (pre) pre.scrollTop = top;
+      if (pre && pre.scrollTop !== top) pre.scrollTop = top;
     }
-    timeline.replaceChildren(...d.status_history.map((h) => el("li", {},
-      when(h.at), " ", h.from_status || "—", " → ", badge(h.to_status), " ", el("span", { class: "muted" }, h.cause))));
+    keyed(timeline, d.status_history.map((h, i) => [String(h.version ?? i), JSON.stringify(h), () => el("li", {},
+      when(h.at), " ", h.from_status || "—", " → ", badge(h.to_status), " ", el("span", { class: "muted" }, h.cause))]));
     note.textContent = "";
     debug.rendered++;
+    debug.renderMs = performance.now() - started;
   }
 
   // The session's ledger id, once the stream named it: a subagent's external id holds a
   // "/" ("<parent's id>/agent-…"), which a path segment cannot carry (the server decodes
-  // %2F before routing), so the detail is fetched by ledger id
+  // %2F before routing), so the detail is fetched by ledger id; and the stream is asked
+  // by ledger id from then on (its subagents are matched by their parent's ledger id).
   let ledgerId = null;
-  let pending = null;
+  function learn(sid) {
+    if (ledgerId) return;
+    ledgerId = sid;
+    if (sid !== id) restream({ session: sid });
+  }
+  // answers are applied in the order asked: one that arrives after a newer one is dropped
+  let pending = null, asked = 0, applied = 0;
   function refresh() {
     if (pending) return;
     pending = setTimeout(async () => {
       pending = null;
+      const n = ++asked;
       try {
         const d = await api("/v1/sessions/" + encodeURIComponent(ledgerId || id));
+        if (n < applied) return;
+        applied = n;
         if (d) render(d);
         else note.textContent = "No such session yet; waiting for its events…";
       } catch (e) {
@@ -693,7 +815,7 @@ function sessionView(id) {
   }
 
   function appended(d, position) {
-    if (d.session_id && !ledgerId) ledgerId = d.session_id;
+    if (d.session_id) learn(d.session_id);
     if (seen.has(position)) debug.duplicates++;
     seen.add(position);
     debug.positions.push(position);
@@ -704,15 +826,21 @@ function sessionView(id) {
     refresh();
   }
 
-  openStream({ session: id, after: "0" }, {
+  // children=1: the session.updated of its subagents too (docs/sse.md)
+  openStream({ session: id, after: "0", children: "1" }, {
     open: refresh,
     "event.appended": appended,
     "session.updated": (d) => {
+      const s = d.session;
+      if (ledgerId && s.id !== ledgerId) {
+        childUpdated(s);
+        return;
+      }
       if (!ledgerId) {
-        ledgerId = d.session.id;
+        learn(s.id);
         if (!detail) refresh();
       }
-      renderMeta(d.session);
+      renderMeta(s);
     },
     "batch.completed": refresh,
     "session.completed": refresh,
