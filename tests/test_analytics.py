@@ -380,6 +380,19 @@ COMPARED = {  # relational table -> (DuckDB table, key columns)
 }
 
 
+def _caught_up_and_equal(services: Services) -> Any:
+    """Both models caught up; the DuckDB snapshot (the caller closes it), asserted equal
+    to the relational read models row for row."""
+    services.runner.catch_up()
+    catch_up(services.ledger, services.settings.data_dir)
+    con = open_snapshot(services.settings.data_dir)
+    found = differences(services, con)
+    if found:
+        con.close()
+    assert found == {}, {t: (Counter(d[0] for d in diffs), diffs[:3]) for t, diffs in found.items()}
+    return con
+
+
 def differences(services: Services, con: Any) -> dict[str, list[Any]]:
     """Every row and every column the relational model and DuckDB share, compared."""
     found: dict[str, list[Any]] = {}
@@ -446,12 +459,8 @@ def test_duckdb_equals_relational_rows_after_jobs_commands_and_a_failed_run(
     report = run_jobs(services)
     for rule in ("idle_batch", "unbatched_activity", "idle_session", "archive_after"):
         assert report.decisions.get(rule, 0) > 0, rule
-    services.runner.catch_up()
-    catch_up(services.ledger, services.settings.data_dir)
-    con = open_snapshot(services.settings.data_dir)
+    con = _caught_up_and_equal(services)
     try:
-        found = differences(services, con)
-        assert found == {}, {t: (Counter(d[0] for d in diffs), diffs[:3]) for t, diffs in found.items()}
         # the cases the jobs and the run decide are there, not only agreeing empties
         reasons = dict(con.execute(
             "SELECT end_reason, count(*) FROM prompt_batches GROUP BY 1").fetchall())
@@ -635,12 +644,8 @@ def test_duckdb_equals_relational_rows_when_starts_arrive_after_their_completion
                 body = json.dumps(payload).encode()
                 key = f"{folder.name}/{name}:{i}"
                 assert ingest_hook(services.ledger, "claude-code", body, key, captured).error is None
-    services.runner.catch_up()
-    catch_up(services.ledger, services.settings.data_dir)
-    con = open_snapshot(services.settings.data_dir)
+    con = _caught_up_and_equal(services)
     try:
-        found = differences(services, con)
-        assert found == {}, {t: (Counter(d[0] for d in diffs), diffs[:3]) for t, diffs in found.items()}
         moved = con.execute(
             "SELECT count(*), count(*) FILTER (duration_ms >= 3600 * 1000) FROM tool_calls"
             " WHERE started_at = TIMESTAMP '2026-01-02 00:00:00'").fetchone()
