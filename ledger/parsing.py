@@ -180,10 +180,13 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
         yield from stream_formats.parse(fmt, path, data)
     elif fmt == "claude-code.transcript":
         meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
-        agent_type, redactions = (
-            _meta_agent_type(meta) if path.name.startswith("agent-") else (None, [])
-        )
-        facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
+        subagent = path.name.startswith("agent-")
+        agent_type, redactions = _meta_agent_type(meta) if subagent else (None, [])
+        # <session id>/subagents/agent-<id>.jsonl: the run's parent, for records that
+        # do not name it
+        in_folder = subagent and path.parent.name == "subagents"
+        parent = (path.parent.parent.name or None) if in_folder else None
+        facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type, parent)
         yield from _record_meta_redactions(facts, agent_type, redactions) if redactions else facts
     elif fmt == "claude-code.transcript-array":
         try:

@@ -37,7 +37,17 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "cfd1e201c64bc51e7eed80c149fa1df8e0cdb7aa8ab7363f82f966593de6ac58"
+EXPECTED_SHA256 = "0723f746bb0335bd73220ca7cfbf986b06286b0cf994305a77fc192bc8976e1c"
+# Re-derived on 2026-11-25 (fix-subagent): a subagent transcript whose records give
+# ``sessionId: "agent-<agentId>"`` (the schema-drift fixture claude_subagent/<parent>/
+# subagents/agent-a0ad4f44468bdf20d.jsonl) is the child of the session whose folder holds
+# it, 0a1b2c3d-…, not of a session named after the run (which does not exist). The same
+# 7,377 rows at the same positions; 5 differ, positions 1874-1878, that subagent's whole
+# stream: its id is now uuid5 of "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f/agent-a0ad4f4446
+# 8bdf20d" (dfad47c1…, was c2ba9ef5… of "agent-a0ad4f44468bdf20d/agent-a0ad4f44468bdf20d"),
+# so every row's originator_id and digest change; its Opened also names that
+# external_id and parent_id 0483b49d… (the parent's stream; was b2b9be9b…, no stream).
+# The raw records are byte for byte the same; every other stream is unchanged.
 # Re-derived on 2026-11-25, at the very end: Claude Code 2.1.x writes a local slash
 # command (/model, /mcp) as a ``system`` record of subtype ``local_command``; one whose
 # content names a command is now a PromptSubmitted of kind ``command`` (text ``/name

@@ -138,6 +138,30 @@ def test_subagent_type_is_read_from_its_meta_json(services: Services) -> None:
     assert [c["agent_type"] for c in children] == ["general-purpose"]
 
 
+def test_a_subagent_whose_records_name_only_their_run_is_a_child_of_its_folder(
+    services: Services,
+) -> None:
+    # schema drift: the subagent's records give sessionId "agent-<agentId>", not the
+    # parent's id; the parent is the session whose <id>/subagents/ folder holds the file
+    folder = FIXTURES / "agent-sessions-schema-drift" / "claude_subagent"
+    parent_sid = "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f"
+    child_file = folder / parent_sid / "subagents" / "agent-a0ad4f44468bdf20d.jsonl"
+    assert all(
+        json.loads(line)["sessionId"] == "agent-a0ad4f44468bdf20d"
+        for line in child_file.read_text().splitlines()
+    )
+    import_paths(services.ledger, [folder])
+    services.runner.catch_up()
+    sessions = {r["external_id"]: r for r in queries.list_sessions(services.models)}
+    assert set(sessions) == {parent_sid, f"{parent_sid}/agent-a0ad4f44468bdf20d"}
+    parent, child = sessions[parent_sid], sessions[f"{parent_sid}/agent-a0ad4f44468bdf20d"]
+    assert child["parent_id"] == parent["id"]
+    detail = queries.get_session(services.models, child["id"])
+    assert detail is not None and detail["parent"] is not None
+    assert detail["parent"]["external_id"] == parent_sid
+    assert queries.get_session(services.models, parent["id"])["children"] == [child["id"]]
+
+
 SPOTTER_PARENT = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 SPOTTER_CHILD = SPOTTER_PARENT.with_suffix("") / "subagents" / "agent-a881341.jsonl"
 TASK_CALL = "toolu_01VmaERAwhb19LGUwu9GenaK"
