@@ -181,7 +181,11 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
     elif fmt == "claude-code.transcript":
         meta = companion(path)
         agent_type, redactions = _meta_agent_type(meta) if meta is not None else (None, [])
-        facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type)
+        # <session id>/subagents/agent-<id>.jsonl: the run's parent, for records that
+        # do not name it
+        in_folder = path.name.startswith("agent-") and path.parent.name == "subagents"
+        parent = (path.parent.parent.name or None) if in_folder else None
+        facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type, parent)
         yield from _record_meta_redactions(facts, agent_type, redactions) if redactions else facts
     elif fmt == "claude-code.transcript-array":
         try:

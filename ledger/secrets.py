@@ -52,23 +52,41 @@ _VALUE = (
     r"|(?:[^\s\"'\\$`,;()\[\]{}<>]|\\[^u\"'\snrt])"
     r"(?:[^\s\"'\\`,;()\[\]{}<>]|\\[^u\"'\snrt]){5,511})"
 )
-_ASSIGN = r"(?:\\?[\"'])?\s{0,4}[=:]\s{0,4}"
-_CODE_ASSIGN = r" ?[=:] ?\\?[\"']"
-"""``name = 'value'`` in code: at most a space on either side of the ``=``/``:``, then the
-quote, so every name the rule accepts is followed by one of :func:`_code_literals`."""
+_ANNOTATION = (
+    # case-sensitive inside the rules that ignore case
+    r"(?-i:(?:&?str|string|bytes|(?:[a-z_]{1,16}\.)?[A-Z][A-Za-z0-9_]{0,64})"
+    r"(?:\[[A-Za-z0-9_., |\[\]]{1,64}\])?\??(?: ?\| ?(?:None|null|undefined))?)"
+)
+"""The type annotation of a typed assignment (``api_key: str = "…"``, ``TOKEN: Final =
+"…"``, ``apiKey: string = '…'``): ``str``, ``string``, ``bytes``, ``&str`` or a name
+starting upper case (``Final``, ``typing.Optional``, ``String``), then at most one
+bracketed part (``Optional[str]``), a ``?`` and a ``| None``. Any other lower-case word is
+not taken for one: ``if token: x = "…"`` is a statement."""
+_ANNOTATED = r"[ \t]{0,4}" + _ANNOTATION + r"[ \t]{0,4}="
+_ASSIGN = (
+    r"(?:\\?[\"'])?\s{0,4}"
+    r"(?::" + _ANNOTATED + r"(?=[ \t]{0,4}\\?[\"'])|=|:(?!" + _ANNOTATED + r"))\s{0,4}"
+)
+"""``=`` or ``:``, or ``: <annotation> =`` on one line before a quoted value; the
+annotation of ``SECRET_KEY: Optional[str] = None`` or ``PASSWORD: str = get()`` is not
+the value."""
+_CODE_ASSIGN = r"(?: ?: ?" + _ANNOTATION + r" ?=| ?[=:]) ?\\?[\"']"
+"""``name = 'value'`` in code: at most a space on either side of the ``=``/``:`` (and of a
+type annotation's ``:`` and ``=``), then the quote, so every name the rule accepts is
+followed by one of :func:`_code_literals`."""
 
 
 def _code_literals() -> tuple[str, ...]:
-    """``key='``, ``secret : "``, ``token= \\"`` …: the literals the code rule needs."""
+    """``key='``, ``token= \\"``, ``secret :`` …: the literals the code rule needs (after a
+    ``:`` comes a quote or a type annotation: ``key:`` stands for both)."""
     return tuple(
-        f"{word}{before}{op}{after}{quote}"
-        for word in ("key", "secret", "token")
+        f"{word}{before}={after}{quote}"
+        for word in _CODE_NAME_WORDS
         for before in ("", " ")
-        for op in "=:"
         for after in ("", " ")
         # a ``"`` is ``\"`` in JSON text
         for quote in ("'", '"', '\\"')
-    )
+    ) + tuple(f"{word}{before}:" for word in _CODE_NAME_WORDS for before in ("", " "))
 
 
 _SECRET_NAME_SUFFIXES = (
@@ -351,8 +369,9 @@ def catalogue() -> tuple[Rule, ...]:
             r"(?P<name>[A-Za-z_][A-Za-z0-9_]{0,64})" + _CODE_ASSIGN + r"(?!\[redacted:)"
             r"(?P<v>[^\s\"'\\$`,;()\[\]{}<>][^\s\"'\\`,;()\[\]{}<>]{7,511})(?=\\?[\"'])", _I),
             ignore_case=True, accept=_code_secret,
-            gate=_ends_then(_CODE_NAME_WORDS, _CODE_ASSIGN),
-            probe=_r(r"(?:key|secret|token) ?[=:] ?(?:'|\\?\")"), stems=_CODE_NAME_WORDS),
+            # on the lower-cased text: an annotation starts with a letter or ``&``
+            gate=_ends_then(_CODE_NAME_WORDS, r" ?(?::(?: ?[a-z&]| ?\\?[\"'])|= ?\\?[\"'])"),
+            probe=_r(r"(?:key|secret|token) ?(?:= ?(?:'|\\?\")|:)"), stems=_CODE_NAME_WORDS),
     )
 
 

@@ -110,7 +110,15 @@ def _sessions(md: MetaData, sfx: str) -> list[Table]:
         Column("unpriced_tokens", BigInteger, nullable=False, default=0),
         Column("position", BigInteger, nullable=False),
     )
-    return [sessions, usage]
+    subagent_calls = Table(  # a subagent's type from the call that spawned it
+        "session_subagent_calls" + sfx,
+        md,
+        Column("parent_id", String(36), primary_key=True),  # the calling session
+        Column("tool_use_id", Text, primary_key=True),
+        Column("agent_type", Text),  # the call's input's subagent_type (None: not seen yet)
+        Column("child_id", String(36)),  # the session linked to it (None: not seen yet)
+    )
+    return [sessions, usage, subagent_calls]
 
 
 TOKEN_COLUMNS = (

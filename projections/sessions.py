@@ -18,6 +18,14 @@ of the agent's activity (not the ledger's own summaries, job decisions, commands
 forks: :data:`ledger.lifecycle.NOT_ACTIVITY`); ``first_recorded_at`` /
 ``last_recorded_at`` the ledger times of the first and latest event of any kind. Queries
 read a session's times through :func:`projections.schema.session_times`.
+
+Subagent type: ``agent_type`` is what the session's ``Opened`` names (a subagent's
+``.meta.json``, a hook's ``agent_type``); when it names none, a child session takes the
+``subagent_type`` of the Claude Code ``Task``/``Agent`` call that spawned it: the parent's
+``ToolCallStarted`` whose ``tool_use_id`` a ``LinkedToParent`` of the child names.
+``session_subagent_calls`` keeps, per (parent, tool_use_id), the call's type and the
+child linked to it, so either may come first in the log. Of several links (a resumed
+subagent), the first one whose call names a type (by the later of link and call) wins.
 """
 
 from __future__ import annotations
@@ -31,6 +39,18 @@ from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.pricing import cost_usd
 from projections.rows import RowCache
+
+SUBAGENT_TOOLS = ("Task", "Agent")
+"""Claude Code's tool that spawns a subagent (``Task``; ``Agent`` in later builds)."""
+
+
+def subagent_type(e: Session.ToolCallStarted) -> str | None:
+    """The ``subagent_type`` a :data:`SUBAGENT_TOOLS` call's input names (a non-empty
+    string), else None."""
+    if e.tool_name not in SUBAGENT_TOOLS or not isinstance(e.tool_input, dict):
+        return None
+    value = e.tool_input.get("subagent_type")
+    return value if isinstance(value, str) and value else None
 
 
 def usage_cost(e: Session.UsageRecorded) -> tuple[float | None, int]:
@@ -70,6 +90,45 @@ def _as_datetimes(row: dict[str, Any]) -> None:
             row[column] = datetime.fromisoformat(value)
 
 
+def _changed_row(rows: RowCache, key: tuple[str]) -> dict[str, Any] | None:
+    """The ``sessions`` row ``key`` (None when there is none), marked changed: a stored
+    row's times are read as datetimes first (see :meth:`SessionsProjection.flush`), as
+    :meth:`SessionsProjection.apply_all` does inline for the row of each event."""
+    row = rows.rows["sessions"].get(key) or rows.get("sessions", key)
+    if row is not None and key not in rows.dirty["sessions"]:
+        _as_datetimes(row)
+        rows.dirty["sessions"].add(key)
+    return row
+
+
+def _subagent_call(rows: RowCache, parent_id: str, tool_use_id: str, kind: str) -> None:
+    """Session ``parent_id`` started a subagent call naming ``kind``: the child linked to
+    it, if any yet, takes it when its own records named no type."""
+    key = (parent_id, tool_use_id)
+    call = rows.get("session_subagent_calls", key) or {
+        "parent_id": parent_id, "tool_use_id": tool_use_id, "child_id": None,
+    }
+    call["agent_type"] = kind
+    rows.put("session_subagent_calls", key, call)
+    if call["child_id"] is not None:
+        child = _changed_row(rows, (call["child_id"],))
+        if child is not None and child["agent_type"] is None:
+            child["agent_type"] = kind
+
+
+def _subagent_link(rows: RowCache, row: dict[str, Any], tool_use_id: str) -> None:
+    """Session ``row`` was linked to its parent's call ``tool_use_id``: it takes the
+    call's type, if seen yet, when its own records named none."""
+    key = (row["parent_id"], tool_use_id)
+    call = rows.get("session_subagent_calls", key) or {
+        "parent_id": row["parent_id"], "tool_use_id": tool_use_id, "agent_type": None,
+    }
+    call["child_id"] = row["id"]
+    rows.put("session_subagent_calls", key, call)
+    if row["agent_type"] is None:
+        row["agent_type"] = call["agent_type"]
+
+
 class SessionsProjection(Projection):
     name = "sessions"
     kinds = (Session.Event,)
@@ -83,6 +142,14 @@ class SessionsProjection(Projection):
                 (str(e.originator_id), e.message_id)
                 for _, e in events
                 if isinstance(e, Session.UsageRecorded)
+            ],
+        )
+        rows.prefetch(
+            "session_subagent_calls",
+            [
+                (str(e.originator_id), e.tool_use_id)
+                for _, e in events
+                if isinstance(e, Session.ToolCallStarted) and subagent_type(e) is not None
             ],
         )
 
@@ -169,6 +236,8 @@ class SessionsProjection(Projection):
                     row["prompt_count"] += 1
                 case Session.ToolCallStarted():
                     row["tool_call_count"] += 1
+                    if (kind := subagent_type(event)) is not None:
+                        _subagent_call(rows, sid, event.tool_use_id, kind)
                 case Session.ToolCallCompleted() if event.is_error:
                     row["tool_error_count"] += 1
                 case Session.UsageRecorded():
@@ -192,6 +261,8 @@ class SessionsProjection(Projection):
                 case Session.LinkedToParent():
                     row["parent_id"] = row["parent_id"] or str(event.parent_id)
                     row["parent_tool_use_id"] = event.parent_tool_use_id
+                    if event.parent_tool_use_id:
+                        _subagent_link(rows, row, event.parent_tool_use_id)
                 case _:
                     pass
 

@@ -17,6 +17,8 @@ Rules, implemented literally:
    `isSidechain: true` and no `agentId` it is
    f"{sessionId}/sidechain-{root_uuid}", where the root is found by following
    `parentUuid` links (within the file) until parentUuid is null or unknown.
+   A record whose `sessionId` is its own run's f"agent-{agentId}" (schema drift) in
+   a file `<parent>/subagents/agent-*.jsonl` takes `<parent>` as its sessionId.
 4. Human prompts: type == "user", not isMeta, not isCompactSummary,
    message.content is a string or a list without a tool_result block. Text
    parts are the string itself or the `text` of each text block; parts whose
@@ -88,12 +90,15 @@ def dedupe(records):
     return out
 
 
-def session_key(rec, by_uuid):
-    """Rule 3: the session key of a record, or None if it has no sessionId."""
+def session_key(rec, by_uuid, folder_session=None):
+    """Rule 3: the session key of a record, or None if it has no sessionId.
+    `folder_session`: <parent> of a file <parent>/subagents/agent-*.jsonl."""
     sid = rec.get("sessionId")
     if sid is None:
         return None
     if rec.get("agentId") is not None:
+        if folder_session and sid == f"agent-{rec['agentId']}":
+            sid = folder_session
         return f"{sid}/agent-{rec['agentId']}"
     if rec.get("isSidechain") is True:
         root, visited = rec, set()
@@ -141,6 +146,9 @@ def count_transcript(path):
     records, rejected = read_records(path)
     records = dedupe(records)
     by_uuid = {r["uuid"]: r for r in records if r.get("uuid") is not None}
+    folder_session = None
+    if path.name.startswith("agent-") and path.parent.name == "subagents":
+        folder_session = path.parent.parent.name
 
     prompts = defaultdict(list)
     tool_ids = defaultdict(set)
@@ -148,7 +156,7 @@ def count_transcript(path):
     keys = []  # session keys in order of first appearance
 
     for i, rec in enumerate(records):
-        key = session_key(rec, by_uuid)
+        key = session_key(rec, by_uuid, folder_session)
         if key is None:
             continue
         if key not in keys:

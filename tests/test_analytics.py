@@ -489,6 +489,36 @@ def test_a_file_of_an_older_schema_is_rebuilt(services: Services) -> None:
         con.close()
 
 
+def test_a_subagents_type_from_a_task_call_in_a_later_section(services: Services) -> None:
+    # the subagent's transcript first: its link to the parent's Task call (from the
+    # parent's file) is in the log before that call, whose input names subagent_type
+    parent = SPOTTER / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    child = parent.with_suffix("") / "subagents" / "agent-a881341.jsonl"
+    import_paths(services.ledger, [child, parent])
+    services.runner.catch_up()
+    t = services.models.table("event_index")
+    with services.models.engine.connect() as c:
+        link, call = (
+            c.execute(select(t.c.position).where(t.c.event_key == key)).scalar_one()
+            for key in ("parent:toolu_01VmaERAwhb19LGUwu9GenaK",
+                        "tool:toolu_01VmaERAwhb19LGUwu9GenaK:start")
+        )
+    assert link < call
+    data = services.settings.data_dir
+    catch_up(services.ledger, data, stop=link)  # a section with the link, not the call
+    catch_up(services.ledger, data)  # the call's section recomputes the subagent's row
+    con = open_snapshot(data)
+    try:
+        found = con.execute(
+            "SELECT agent_type FROM sessions WHERE external_id = ?",
+            [f"{parent.stem}/agent-a881341"],
+        ).fetchall()
+        assert found == [("claude-code-guide",)]
+        assert differences(services, con) == {}
+    finally:
+        con.close()
+
+
 def test_calls_that_never_finished_have_no_duration(services: Services) -> None:
     import statistics
 

@@ -99,6 +99,12 @@ def test_inline_sidechain_and_agent_file():
     res = count_transcript("spotter-claude-transcripts/258c7280-ae70-4798-800f-63464d01a85d"
                            "/subagents/agent-a881341.jsonl")
     assert list(sessions(res)) == ["258c7280-ae70-4798-800f-63464d01a85d/agent-a881341"]
+    # a subagent file whose records give sessionId "agent-<agentId>": its folder's session
+    res = count_transcript("agent-sessions-schema-drift/claude_subagent/0a1b2c3d-4e5f-4061-"
+                           "8071-2a3b4c5d6e7f/subagents/agent-a0ad4f44468bdf20d.jsonl")
+    assert list(sessions(res)) == [
+        "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f/agent-a0ad4f44468bdf20d"
+    ]
 
 
 def test_json_array_transcripts_match_jq():

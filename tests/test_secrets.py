@@ -154,6 +154,19 @@ def _shapes() -> list[tuple[str, str, list[str]]]:
     add("code_secret_assignment", f"api_key = '{s}'", s)
     s = tok(8, "abcdef") + "4" + tok(23, "0123456789abcdef")
     add("env_secret_assignment", f"SENTRY_KEY={s}", s)  # a generic *_KEY, token value
+    # typed assignments: a type annotation between the name and the ``=``
+    s = "live_" + tok(8, LOW) + "3" + tok(12, "0123456789abcdef")
+    add("code_secret_assignment", f'api_key: str = "{s}"', s)
+    s = tok(6, ALNUM) + "5" + tok(12, ALNUM)
+    add("code_secret_assignment", f"client_secret: Optional[str] = '{s}'", s)
+    s = tok(6, ALNUM) + "1" + tok(9, ALNUM)
+    add("code_secret_assignment", f'const apiKey: string = "{s}";', s)
+    s = "hunter" + tok(8, DIG)
+    add("password_assignment", f"password: str = '{s}'", s)
+    s = tok(10, LOW) + "8" + tok(9, ALNUM)
+    add("env_secret_assignment", f'TOKEN: Final = "{s}"', s)
+    s = tok(10, LOW) + "2" + tok(5, ALNUM)
+    add("env_secret_assignment", f'DB_PASSWORD: typing.Final[str] = "{s}"', s)
     return out
 
 
@@ -176,6 +189,15 @@ ORDINARY = [
     "public_key = 'a1b2c3d4e5f6a7b8c9d0'",
     "API_KEY=$OPENAI_API_KEY",
     "REDIS_URL=redis://cache:6379/0",
+    # type annotations without a literal value
+    "def f(api_key: str) -> None:",
+    "def connect(token: str, password: str, *, timeout: float = 5.0) -> Client:",
+    "api_key: str",
+    "password: str",
+    "TOKEN: Final",
+    "SECRET_KEY: Optional[str] = None",
+    "DB_PASSWORD: str = os.environ['DB_PASSWORD']",
+    "client_secret: str = settings.client_secret",
 ]
 """Lines that name secrets but hold none: kept as they are, in text and stored."""
 
@@ -258,6 +280,11 @@ def test_structured_secret_fields_are_redacted_whole() -> None:
         "a_token='a1" * 80_000,
         "redis://:" * 100_000 + "@",
         "S3_KEY=a/b.c_" * 60_000,
+        "api_key: Optional[" * 60_000,
+        "X_KEY: T[" * 100_000,
+        "TOKEN: typing.Final[str] = " * 40_000,
+        "password: str = '" * 60_000,
+        "token: " + "[" * 1_000_000,
     ],
     ids=lambda h: h[:12],
 )

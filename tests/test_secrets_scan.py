@@ -216,7 +216,11 @@ def _strings(value: object) -> Iterator[str]:
 
 def test_rule_gates_never_skip_a_text_the_rule_redacts_something_in() -> None:
     gated = [r for r in secrets.catalogue() if r.gate is not None]
-    assert {r.kind for r in gated} >= {"env_secret_assignment", "secret_field"}
+    assert {r.kind for r in gated} >= {
+        "env_secret_assignment",
+        "secret_field",
+        "code_secret_assignment",
+    }
     rng = random.Random(5)
     names = [
         "API_KEY",
@@ -233,7 +237,9 @@ def test_rule_gates_never_skip_a_text_the_rule_redacts_something_in() -> None:
         "KEY_ID",
     ]
     joins = ["=", " = ", ":", ": ", '":"', '\\": \\"', "'='", "  =  ", "\t=", '"  :']
+    joins += [": str = ", ":str=", " : Final[str] = ", ": Optional[str]  =  ", ": string | null = "]
     values = ["hunter2hunter2", '"quoted value 12"', "$OTHER_VAR", "abc", "os.environ[x]"]
+    values += ["'live_9f8e7d6c5b4a'", '"Zx9Qw8Er7Ty6Ui5Op4"', "None"]
     texts = [text for _, text, _ in SHAPES]
     texts += [s for _, _, rec in RECORDS for s in _strings(rec)]
     texts += [

@@ -37,7 +37,20 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "a81a88c544b7c391cae214ea0eed3d4d6a4c308b6bba8d066241ec8e1b3f2757"
+EXPECTED_SHA256 = "84041187b08d812333a4563e42c9aa3053b8943fe4a73cc08db38ccdcd7a3819"
+# Re-derived on 2026-11-25 after merging fix-subagent into main (which had fix-cursor):
+# both changes below, in disjoint streams (the drift subagent's 5 rows; fix-cursor's 19
+# streams); the hash of the two together.
+# Re-derived on 2026-11-25 (fix-subagent): a subagent transcript whose records give
+# ``sessionId: "agent-<agentId>"`` (the schema-drift fixture claude_subagent/<parent>/
+# subagents/agent-a0ad4f44468bdf20d.jsonl) is the child of the session whose folder holds
+# it, 0a1b2c3d-…, not of a session named after the run (which does not exist). The same
+# 7,377 rows at the same positions; 5 differ, positions 1874-1878, that subagent's whole
+# stream: its id is now uuid5 of "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f/agent-a0ad4f4446
+# 8bdf20d" (dfad47c1…, was c2ba9ef5… of "agent-a0ad4f44468bdf20d/agent-a0ad4f44468bdf20d"),
+# so every row's originator_id and digest change; its Opened also names that
+# external_id and parent_id 0483b49d… (the parent's stream; was b2b9be9b…, no stream).
+# The raw records are byte for byte the same; every other stream is unchanged.
 # Re-derived on 2026-11-25 (fix-cursor): a tool call's start that arrives after its
 # completion is kept as a Session.LateStartObserved (a RecordObserved subclass, same
 # record_type "tool call start after its completion", same key, aliases and raw) that

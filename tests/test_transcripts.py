@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 from api.bootstrap import Services
 from ledger.importer import import_paths
@@ -135,6 +136,90 @@ def test_subagent_type_is_read_from_its_meta_json(services: Services) -> None:
     services.runner.catch_up()
     children = [s for s in queries.list_sessions(services.models) if s["parent_id"]]
     assert [c["agent_type"] for c in children] == ["general-purpose"]
+
+
+def test_a_subagent_whose_records_name_only_their_run_is_a_child_of_its_folder(
+    services: Services,
+) -> None:
+    # schema drift: the subagent's records give sessionId "agent-<agentId>", not the
+    # parent's id; the parent is the session whose <id>/subagents/ folder holds the file
+    folder = FIXTURES / "agent-sessions-schema-drift" / "claude_subagent"
+    parent_sid = "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f"
+    child_file = folder / parent_sid / "subagents" / "agent-a0ad4f44468bdf20d.jsonl"
+    assert all(
+        json.loads(line)["sessionId"] == "agent-a0ad4f44468bdf20d"
+        for line in child_file.read_text().splitlines()
+    )
+    import_paths(services.ledger, [folder])
+    services.runner.catch_up()
+    sessions = {r["external_id"]: r for r in queries.list_sessions(services.models)}
+    assert set(sessions) == {parent_sid, f"{parent_sid}/agent-a0ad4f44468bdf20d"}
+    parent, child = sessions[parent_sid], sessions[f"{parent_sid}/agent-a0ad4f44468bdf20d"]
+    assert child["parent_id"] == parent["id"]
+    detail = queries.get_session(services.models, child["id"])
+    assert detail is not None and detail["parent"] is not None
+    assert detail["parent"]["external_id"] == parent_sid
+    assert queries.get_session(services.models, parent["id"])["children"] == [child["id"]]
+
+
+SPOTTER_PARENT = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+SPOTTER_CHILD = SPOTTER_PARENT.with_suffix("") / "subagents" / "agent-a881341.jsonl"
+TASK_CALL = "toolu_01VmaERAwhb19LGUwu9GenaK"
+"""The parent's Task call whose input names ``subagent_type: claude-code-guide``; the
+subagent's own records (CC 2.1.39, no ``.meta.json``) name no type."""
+
+
+def _log_positions(services: Services, *event_keys: str) -> dict[str, int]:
+    t = services.models.table("event_index")
+    with services.models.engine.connect() as c:
+        rows = c.execute(select(t.c.event_key, t.c.position).where(t.c.event_key.in_(event_keys)))
+        return {key: position for key, position in rows}
+
+
+@pytest.mark.parametrize("first", ["parent", "subagent"])
+def test_a_subagent_with_no_type_of_its_own_takes_its_task_calls(
+    services: Services, first: str
+) -> None:
+    files = [SPOTTER_PARENT, SPOTTER_CHILD]
+    sessions = _import(services, *(files if first == "parent" else files[::-1]))
+    # either may come first in the log: the Task call, or the subagent's link to it
+    pos = _log_positions(services, f"tool:{TASK_CALL}:start", f"parent:{TASK_CALL}")
+    call_first = pos[f"tool:{TASK_CALL}:start"] < pos[f"parent:{TASK_CALL}"]
+    assert call_first == (first == "parent")
+    child = sessions[f"{SPOTTER_PARENT.stem}/agent-a881341"]
+    assert child["parent_tool_use_id"] == TASK_CALL
+    assert child["agent_type"] == "claude-code-guide"
+    assert sessions[SPOTTER_PARENT.stem]["agent_type"] is None
+    # derived, so a rebuild of the read model gives it again
+    services.runner.rebuild("sessions")
+    again = queries.get_session(services.models, child["id"])
+    assert again is not None and again["agent_type"] == "claude-code-guide"
+
+
+def test_every_spotter_subagent_has_its_type(services: Services) -> None:
+    import_paths(services.ledger, [SPOTTER_PARENT.parent])
+    services.runner.catch_up()
+    sessions = {r["external_id"]: r for r in queries.list_sessions(services.models)}
+    types = {ref.split("/", 1)[1]: s["agent_type"] for ref, s in sessions.items() if "/" in ref}
+    # two Task calls (subagent_type claude-code-guide, Plan); the compaction run is
+    # typed by its agent id, and has no Task call
+    assert types == {"agent-a881341": "claude-code-guide", "agent-afb92ff": "Plan",
+                     "agent-acompact-fffbd0": "compact"}
+    assert {s["agent_type"] for ref, s in sessions.items() if "/" not in ref} == {None}
+
+
+def test_a_subagents_own_type_wins_over_its_task_calls(
+    services: Services, tmp_path: Path
+) -> None:
+    parent = tmp_path / SPOTTER_PARENT.name
+    parent.write_bytes(SPOTTER_PARENT.read_bytes())
+    child = tmp_path / SPOTTER_CHILD.relative_to(SPOTTER_PARENT.parent)
+    child.parent.mkdir(parents=True)
+    child.write_bytes(SPOTTER_CHILD.read_bytes())
+    child.with_name("agent-a881341.meta.json").write_text('{"agentType": "reviewer"}')
+    for files in ([child], [parent]):  # the subagent first: its type is in its Opened
+        sessions = _import(services, *files)
+    assert sessions[f"{parent.stem}/agent-a881341"]["agent_type"] == "reviewer"
 
 
 def test_non_transcript_json_arrays_are_skipped_with_a_reason_not_rejected(

@@ -5,7 +5,9 @@ rules below are the union of what CC 1.0.x–2.1.x files show):
 
 * ``~/.claude/projects/<project>/<sessionId>.jsonl``; subagent runs in
   ``<sessionId>/subagents/agent-<agentId>.jsonl`` (records carry ``agentId``, the
-  session is ``"{sessionId}/agent-{agentId}"``, a child of ``sessionId``); 1.0.x wrote
+  session is ``"{sessionId}/agent-{agentId}"``, a child of ``sessionId``; records whose
+  ``sessionId`` is the run's own ``"agent-{agentId}"`` name no parent: it is the
+  ``<sessionId>`` folder the file is in); 1.0.x wrote
   subagent records inline with ``isSidechain: true`` (child ``"{sessionId}/sidechain-
   {root uuid}"``, the root found by following ``parentUuid``).
 * One file may hold several ``sessionId``s; records without one (``summary``,
@@ -58,14 +60,19 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
 
 
 def parse_records(
-    lines: Iterable[bytes], source: str, agent_type: str | None = None
+    lines: Iterable[bytes],
+    source: str,
+    agent_type: str | None = None,
+    parent_session_id: str | None = None,
 ) -> Iterator[Observation | Rejected]:
     """Parse transcript lines (bytes, one JSON object each) from ``source`` (a path).
 
     ``agent_type`` names the subagent type of an ``agent-*.jsonl`` file (from its
-    ``.meta.json``), when known.
+    ``.meta.json``), when known; ``parent_session_id`` the session whose
+    ``subagents/`` folder holds it, for records whose ``sessionId`` is the run's own
+    ``agent-<agentId>``.
     """
-    parser = TranscriptParser(source, agent_type)
+    parser = TranscriptParser(source, agent_type, parent_session_id)
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -84,9 +91,12 @@ def parse_array(records: list[Any], source: str) -> Iterator[Observation | Rejec
 class TranscriptParser:
     """Streaming state for one transcript file (sidechain roots, prompt order)."""
 
-    def __init__(self, source: str, agent_type: str | None = None) -> None:
+    def __init__(
+        self, source: str, agent_type: str | None = None, parent_session_id: str | None = None
+    ) -> None:
         self.source = source
         self.agent_type = agent_type
+        self.parent_session_id = parent_session_id
         self.parent_of: dict[str, str | None] = {}
         self.sidechain_root: dict[str, str] = {}
         self.task_prompts: dict[str, str] = {}  # Task prompt text -> tool_use_id
@@ -173,6 +183,8 @@ class TranscriptParser:
         cwd = rec.get("cwd") if isinstance(rec.get("cwd"), str) else None
         agent_id = rec.get("agentId")
         if isinstance(agent_id, str) and agent_id:
+            if sid == f"agent-{agent_id}" and self.parent_session_id:
+                sid = self.parent_session_id  # the record names the run, not its parent
             agent_type = self.agent_type or _agent_type(agent_id)
             key = (f"{sid}/agent-{agent_id}", sid, agent_type, cwd)
         elif rec.get("isSidechain") is True and isinstance(uuid, str):

@@ -63,6 +63,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("cwd", "cwd", "VARCHAR"),
     ("parent_tool_use_id", "parent_tool_use_id", "VARCHAR"),
     ("cost_usd", "cost_usd", "DOUBLE"),
+    ("subagent_type", "tool_input.subagent_type", "VARCHAR"),
     # lifecycle: liveness-job decisions, operator commands, run outcomes
     ("measured_from", "measured_from", "TIMESTAMP"),
     ("recovery", "recovery", "BOOLEAN"),
@@ -77,6 +78,7 @@ _ONLY = {
     "prompt_text": "PromptSubmitted",
     "cost_usd": "CostReported",
     "tool_use_ids": "ActivitiesAttached",
+    "subagent_type": "ToolCallStarted",
 }
 
 
@@ -136,14 +138,27 @@ def stage_table(notifications: Any) -> pa.Table:
     )
 
 
+_SUBAGENT_CALLS = """events WHERE kind = 'ToolCallStarted' AND tool_name IN ('Task', 'Agent')
+    AND subagent_type <> ''"""
+"""A subagent's type from the call that spawned it (``projections/sessions.py``:
+``SUBAGENT_TOOLS``, ``subagent_type``)."""
+
 # The sessions a section touched, with the lowest position their events can have
-# (lets DuckDB skip row groups of ``events`` by their position zone maps).
-TOUCHED = """
+# (lets DuckDB skip row groups of ``events`` by their position zone maps): those with
+# events in it, and the children linked to a subagent call it holds (their agent_type).
+TOUCHED = f"""
 CREATE OR REPLACE TEMP TABLE touched AS
-SELECT s.stream_id AS id, coalesce(x.first_position, s.lo) AS lo
-FROM (SELECT stream_id, min(position) AS lo FROM events
-      WHERE position > $after AND stream_type = 'Session' GROUP BY stream_id) s
-LEFT JOIN sessions x ON x.id = s.stream_id
+SELECT s.id, coalesce(any_value(x.first_position), min(s.lo)) AS lo
+FROM (SELECT stream_id AS id, min(position) AS lo FROM events
+      WHERE position > $after AND stream_type = 'Session' GROUP BY stream_id
+      UNION ALL
+      SELECT x.id, x.first_position AS lo
+      FROM (SELECT stream_id, tool_use_id FROM {_SUBAGENT_CALLS} AND position > $after) c
+      JOIN sessions x ON x.parent_id = c.stream_id
+      WHERE EXISTS (SELECT 1 FROM events l WHERE l.stream_id = x.id
+                    AND l.kind = 'LinkedToParent' AND l.parent_tool_use_id = c.tool_use_id)) s
+LEFT JOIN sessions x ON x.id = s.id
+GROUP BY s.id
 """
 
 _EV = "events WHERE position >= $lo AND stream_id IN (SELECT id FROM touched)"
@@ -414,13 +429,23 @@ RECOMPUTE = [
                min(position) AS first_position, max(version) AS head_version,
                max(position) AS head_position
         FROM {_EV} AND stream_type = 'Session' GROUP BY stream_id
+    ), typed AS (  -- no type of its own: the first linked call's that names one
+        SELECT s.id, arg_min(c.subagent_type, greatest(l.position, c.position)) AS agent_type
+        FROM s JOIN (SELECT stream_id, parent_tool_use_id, position FROM {_EV}
+                     AND kind = 'LinkedToParent' AND parent_tool_use_id <> '') l
+                 ON l.stream_id = s.id
+        JOIN (SELECT stream_id, tool_use_id, subagent_type, position FROM {_SUBAGENT_CALLS}) c
+          ON c.stream_id = s.parent_id AND c.tool_use_id = l.parent_tool_use_id
+        WHERE s.agent_type IS NULL GROUP BY s.id
     )
-    SELECT s.*, ended.ended_at, coalesce(u.input_tokens, 0) AS input_tokens,
+    SELECT s.* REPLACE (coalesce(s.agent_type, typed.agent_type) AS agent_type),
+           ended.ended_at, coalesce(u.input_tokens, 0) AS input_tokens,
            coalesce(u.output_tokens, 0) AS output_tokens,
            coalesce(u.cache_creation_input_tokens, 0) AS cache_creation_input_tokens,
            coalesce(u.cache_read_input_tokens, 0) AS cache_read_input_tokens,
            coalesce(u.cost_usd, 0) AS cost_usd, coalesce(u.unpriced_tokens, 0) AS unpriced_tokens
-    FROM s LEFT JOIN u ON u.session_id = s.id LEFT JOIN ended ON ended.stream_id = s.id""",
+    FROM s LEFT JOIN u ON u.session_id = s.id LEFT JOIN ended ON ended.stream_id = s.id
+    LEFT JOIN typed ON typed.id = s.id""",
 ]
 
 

@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS events (
     prompt_kind VARCHAR, prompt_text VARCHAR, reason VARCHAR,
     external_id VARCHAR, parent_id UUID, agent_type VARCHAR, cwd VARCHAR,
     parent_tool_use_id VARCHAR, cost_usd DOUBLE,  -- CostReported: the agent's own figure
+    subagent_type VARCHAR,             -- ToolCallStarted: tool_input.subagent_type
     -- lifecycle: liveness jobs (BatchClosed, TimedOut, ActivitiesAttached), commands, runs
     measured_from TIMESTAMP, recovery BOOLEAN, tool_use_ids VARCHAR[], tool_errors INTEGER,
     first_activity_at TIMESTAMP, to_status VARCHAR, outcome VARCHAR
@@ -107,11 +108,12 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of :data:`DDL` and of the SQL in ``extract.py`` (``analytics_meta``
 ``schema_version``); a file with another version is rebuilt (:func:`open_writer`).
 1 (no ``schema_version`` row): before the lifecycle columns of ``events``; 2: before the
-long-context rates of ``model_prices``; 3: before ``sessions.first/last_activity_recorded_at``."""
+long-context rates of ``model_prices``; 3: before ``sessions.first/last_activity_recorded_at``;
+4: before ``events.subagent_type`` (a child session's type from its parent's call)."""
 
 READ_MODEL_TABLES = ("events", "usage", "tool_calls", "prompt_batches", "sessions")
 
