@@ -11,7 +11,10 @@ and runs ``ProjectionRunner.catch_up`` whenever it is woken.
   (non-blocking: a full pipe already means "wake up"); the child also looks every
   ``POLL_S`` (0.1 s) on its own, so appends by other processes (a CLI import) are
   projected too. When the parent closes the pipe, or dies (even by SIGKILL), the child
-  reads end-of-file and exits after its current section.
+  reads end-of-file and exits after its current section. A child still starting
+  (importing, opening the store) has no section to finish: :meth:`stop` ends it at
+  once (SIGTERM), instead of waiting for that start (seconds on a busy machine at its
+  lower priority: every server stopped soon after its start waited for it).
 * **Waiting.** Installed as the parent runner's delegate, it turns every
   ``runner.catch_up(stop)`` of the parent (read-your-writes before a read, the SSE
   derived section, jobs, commands) into: wake the child, then poll the tracking table
@@ -41,6 +44,7 @@ import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
+from multiprocessing.sharedctypes import Synchronized
 
 from api.bootstrap import Services
 from ledger.config import Settings
@@ -59,10 +63,15 @@ read that needs them current waits, and takes over after ``STALL_S``). Measured 
 cores, 500 SSE clients: p99 34.3-34.6 ms at niceness 0, 29.3-34.3 ms over four runs at
 +10 (docs/benchmarks.md)."""
 
+STARTING, RUNNING, STOPPING = 0, 1, 2
+"""The child's ``state`` (a shared int, changed under its lock): the child sets RUNNING
+once it has opened the store, the parent's :meth:`ProjectionProcess.stop` sets STOPPING
+and ends a child it found STARTING at once."""
+
 log = logging.getLogger(__name__)
 
 
-def _child(settings: Settings, wake: Connection) -> None:
+def _child(settings: Settings, wake: Connection, state: Synchronized[int]) -> None:
     """The child process: catch up on every wake (and every ``POLL_S``) until the
     parent's end of ``wake`` is closed."""
     from api.bootstrap import build
@@ -74,6 +83,13 @@ def _child(settings: Settings, wake: Connection) -> None:
     if hasattr(os, "nice"):  # not on Windows
         os.nice(NICE)
     services = build(settings)
+    with state.get_lock():
+        stopping = state.value == STOPPING  # the parent is ending us
+        if not stopping:
+            state.value = RUNNING
+    if stopping:
+        services.close()
+        return
     failing: str | None = None  # the error the last catch-up failed with
     try:
         while True:
@@ -123,6 +139,7 @@ class ProjectionProcess:
         self._ctx = multiprocessing.get_context("spawn")
         self._wake: Connection | None = None
         self._proc: SpawnProcess | None = None
+        self._state: Synchronized[int] | None = None
         self._stopped = False
         self.restarts = 0
         self._started_at = 0.0
@@ -137,9 +154,10 @@ class ProjectionProcess:
     def _spawn(self) -> None:
         reader, writer = self._ctx.Pipe(duplex=False)
         os.set_blocking(writer.fileno(), False)
+        self._state = self._ctx.Value("i", STARTING)
         self._proc = self._ctx.Process(
             target=_child,
-            args=(self.services.settings, reader),
+            args=(self.services.settings, reader, self._state),
             name="hookledger-projections",
             daemon=True,
         )
@@ -186,10 +204,25 @@ class ProjectionProcess:
         if self._wake is not None:
             self._wake.close()  # the child reads end-of-file
         if self._proc is not None:
+            if self._still_starting():  # nothing to finish: do not wait for its start
+                self._proc.terminate()
             self._proc.join(STOP_TIMEOUT_S)
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join()
+
+    def _still_starting(self) -> bool:
+        """Mark the child STOPPING; True when it had not finished starting (it will not
+        begin projecting now)."""
+        state = self._state
+        if state is None or not state.get_lock().acquire(timeout=1.0):
+            return False  # held for microseconds: its holder died holding it
+        try:
+            starting = state.value == STARTING
+            state.value = STOPPING
+        finally:
+            state.get_lock().release()
+        return starting
 
     def _saved(self, _position: int) -> None:
         self._poke()

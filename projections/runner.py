@@ -85,7 +85,10 @@ class ReadModels:
         }
         with schema_lock(engine):  # another process may be creating them right now
             before = set(inspect(engine).get_table_names())
-            self.metadata.create_all(engine)
+            # only the missing ones: create_all would ask the catalogue about each table
+            missing = [t for t in self.metadata.sorted_tables if t.name not in before]
+            if missing:
+                self.metadata.create_all(engine, tables=missing)
             generated: dict[str, set[str]] = {}  # table -> columns its companions add
             for cls in PROJECTION_CLASSES.values():
                 for c in cls.companions(engine.dialect.name):

@@ -34,7 +34,13 @@ def reset_outdated(
     some old gained a table, which its tracking position never filled: it is outdated."""
     ignore = ignore or {}
     created = created or set()
-    insp = inspect(engine)
+    names = [t.name for own in tables.values() for t in own.values()]
+    # every table's columns in one catalogue query (PostgreSQL; SQLite: one PRAGMA per
+    # table, in-process), not a has_table and a get_columns round trip per table
+    columns = {
+        table: {c["name"] for c in cols}
+        for (_schema, table), cols in inspect(engine).get_multi_columns(filter_names=names).items()
+    }
     outdated = []
     for name, own in tables.items():
         new = [t.name in created for t in own.values()]
@@ -42,8 +48,8 @@ def reset_outdated(
             outdated.append(name)
             continue
         for t in own.values():
-            if insp.has_table(t.name):
-                live = {c["name"] for c in insp.get_columns(t.name)} - ignore.get(t.name, set())
+            if t.name in columns:
+                live = columns[t.name] - ignore.get(t.name, set())
                 if live != {c.name for c in t.columns}:
                     outdated.append(name)
                     break

@@ -231,13 +231,15 @@ def test_error_between_sections_then_rerun_does_not_double_count(services: Servi
 
 
 READER = """
-import sys, time
+import sys, threading, time
 from projections.analytics import open_snapshot
 con = open_snapshot(sys.argv[1])
 print("open", flush=True)
+done = threading.Event()  # set when the test closes our stdin
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
 counts = set()
 end = time.monotonic() + float(sys.argv[2])
-while time.monotonic() < end:
+while time.monotonic() < end and not done.is_set():
     counts.add(con.execute("SELECT count(*) FROM events").fetchone()[0])
     time.sleep(0.01)
 print(sorted(counts), flush=True)
@@ -251,7 +253,7 @@ def test_reader_while_the_writer_catches_up(services: Services, tmp_path: Path) 
     first = services.ledger.max_position()
     reader = subprocess.Popen(
         [sys.executable, "-c", READER, str(data), "30"], env=settings_env(services.settings),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert reader.stdout is not None
@@ -266,7 +268,10 @@ def test_reader_while_the_writer_catches_up(services: Services, tmp_path: Path) 
         assert con.execute("SELECT count(*) FROM events").fetchone()[0] == (
             services.ledger.max_position())
         con.close()
-        out, err = reader.communicate(timeout=60)
+        # the reader still reads its old snapshot (it reads until told, up to 30 s): the
+        # writer did not wait for it to end
+        assert reader.poll() is None
+        out, err = reader.communicate(timeout=60)  # closes its stdin: it stops reading
     finally:
         if reader.poll() is None:
             reader.kill()

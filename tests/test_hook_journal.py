@@ -131,13 +131,24 @@ def test_hook_never_fails_its_agent(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.strip() == b"{}"
 
 
+@pytest.fixture(scope="module")
+def down_journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The journal of every fixture payload, each written by its own hook process while
+    no server runs (1252 processes: written once, for both backends; the journal does
+    not depend on the backend the server will drain it into)."""
+    data = tmp_path_factory.mktemp("down") / "data"
+    write_all(data, [json.dumps(p).encode() for p in fixture_payloads()])
+    return data / "spool" / JOURNAL
+
+
 def test_payloads_written_while_server_is_down_are_ingested_once_and_trimmed(
-    settings: Settings, tmp_path: Path
+    settings: Settings, tmp_path: Path, down_journal: Path
 ) -> None:
     payloads = fixture_payloads()
     assert len(payloads) == 1252  # 9+600+11+7+3+221+1+10 attio, 9+177+6+6+146+41+1+4 coorp
-    write_all(settings.data_dir, [json.dumps(p).encode() for p in payloads])
     journal = settings.data_dir / "spool" / JOURNAL
+    journal.parent.mkdir(parents=True)
+    shutil.copy(down_journal, journal)  # as the hook processes left it in this data dir
     headers = journal_headers(journal)
     assert len(headers) == len(payloads)
     assert len({h[1] for h in headers}) == len(payloads), "one capture key per hook call"

@@ -180,3 +180,20 @@ def test_a_child_that_keeps_dying_is_started_again_with_a_growing_delay(services
         assert waits[2] >= 2 * RESTART_DELAY_S, waits
     finally:
         pp.stop()
+
+
+def test_a_child_stopped_while_it_is_still_starting_is_ended_at_once(services) -> None:  # type: ignore[no-untyped-def]
+    # A server stopped right after its start (Ctrl-C, a test's fixture) waited for its
+    # child to finish importing and opening the store, at its lower priority: seconds
+    # on a busy machine, then STOP_TIMEOUT_S and SIGKILL when the open was stuck. A
+    # child that has not started projecting has nothing to finish: it is ended at once.
+    from api.projection_process import ProjectionProcess
+    from projections.store import schema_lock
+
+    pp = ProjectionProcess(services)
+    with schema_lock(services.models.engine):  # the child's open of the store waits here
+        pp.start()
+        assert pp.alive()
+        pp.stop()
+        assert not pp.alive()
+    assert pp._proc is not None and pp._proc.exitcode == -signal.SIGTERM  # not SIGKILL

@@ -14,9 +14,11 @@ Never runs ``playwright install``: the browser is ``/usr/bin/chromium`` (apt pac
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +38,37 @@ TIMEOUT_MS = 30_000
 pytestmark = pytest.mark.slow
 
 
-def _open_page(p: Any) -> tuple[Any, Any]:
-    """Debian's Chromium (Playwright ``p``) and a 1400x1000 page with the test timeout."""
-    browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.set_default_timeout(TIMEOUT_MS)
-    return browser, page
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright, launched once for this module's tests
+    (a launch per test cost about a second each). Each test opens its page in a browser
+    context of its own (:func:`_page`): its own storage, cookies and cache, as the
+    browser launched for it had."""
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"{CHROMIUM} is missing: apt-get install chromium (scripts/dev.py test does it as root)"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def _page(chromium: Any, height: int = 1000) -> Iterator[Any]:
+    """A 1400 x ``height`` page with the test timeout, in a new browser context of
+    ``chromium``, closed afterwards."""
+    context = chromium.new_context(viewport={"width": 1400, "height": height})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        yield page
+    finally:
+        context.close()
 
 
 def post(url: str, payload: dict[str, Any], key: str, tries: int = 600) -> dict[str, Any]:
@@ -61,13 +88,7 @@ def post(url: str, payload: dict[str, Any], key: str, tries: int = 600) -> dict[
     raise AssertionError(f"could not post {key}")
 
 
-def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureRequest) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"{CHROMIUM} is missing: apt-get install chromium (scripts/dev.py test does it as root)"
-        )
-    from playwright.sync_api import sync_playwright
-
+def test_viewer_live_across_restart(chromium: Any, settings: Settings, request: pytest.FixtureRequest) -> None:
     payloads, _ = _ordered_payloads()
     # Independent counts, from the payloads with plain json.
     tool_ids = {
@@ -84,13 +105,7 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
     shot = ARTIFACTS / request.node.name.replace("/", "_")
     srv = Server(settings).start()
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=str(CHROMIUM),
-                args=CHROMIUM_ARGS,
-            )
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(TIMEOUT_MS)
+        with _page(chromium) as page:
             console: list[str] = []
             page.on("console", lambda m: console.append(m.text))
             response = page.goto(srv.url + "/")
@@ -157,7 +172,6 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
             shown_prompts = page.locator("#batches .batch .prompt").all_text_contents()
             xss = page.locator("#xss").count()
             pwned = page.evaluate("window.pwned === 1")
-            browser.close()
     finally:
         srv.stop()
 
@@ -175,14 +189,11 @@ def test_viewer_live_across_restart(settings: Settings, request: pytest.FixtureR
     assert not [m for m in console if "Content Security Policy" in m], console
 
 
-def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_viewer_asks_for_the_token(chromium: Any, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Against a server with ``HOOKLEDGER_TOKEN``: a browser holding an old token is told
     it was refused (not just asked again); the right one is kept in localStorage and
     sent as ``?token=`` on API and stream URLs. The page's own files need no token and
     nothing on it fails to load (the icon included)."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
     srv = Server(Settings(tmp_path / "data"), env={"HOOKLEDGER_TOKEN": "secret"}).start()
@@ -192,8 +203,7 @@ def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureReques
         r = httpx.post(srv.url + "/v1/hooks/claude-code", json=_ordered_payloads()[0][0],
                        headers={"Authorization": "Bearer secret"}, timeout=30)
         sid = r.json()["sessions"][0]
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.on("request", lambda req: seen.append(req.url))
             page.on("response", lambda resp: failed.append(resp.url) if resp.status >= 400 else None)
             page.goto(srv.url + "/")
@@ -208,7 +218,6 @@ def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureReques
             page.wait_for_selector(f'tr.session-row[data-id="{sid}"]')
             page.wait_for_selector("#conn[data-state=live]")
             stored = page.evaluate("() => localStorage.getItem('hookledger_token')")
-            browser.close()
     finally:
         srv.stop()
     assert "refused" in why and conn == "token refused"
@@ -219,12 +228,9 @@ def test_viewer_asks_for_the_token(tmp_path: Path, request: pytest.FixtureReques
     assert failed and all("/v1/" in u and "token=secret" not in u for u in failed), failed
 
 
-def test_viewer_shows_a_batch_summary_live_and_escaped(settings: Settings, request: pytest.FixtureRequest) -> None:
+def test_viewer_shows_a_batch_summary_live_and_escaped(chromium: Any, settings: Settings, request: pytest.FixtureRequest) -> None:
     """A batch closed by a Stop hook gets its summary from the server's worker; the open
     session page shows it without a reload, with markup in the prompt shown as text."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
 
     base = {"session_id": "viewer-summary-1", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp/proj"}
     edit = {"file_path": "/tmp/proj/<b>app</b>.py", "old_string": "a", "new_string": "b"}
@@ -245,8 +251,7 @@ def test_viewer_shows_a_batch_summary_live_and_escaped(settings: Settings, reque
         sid = ""
         for n, h in enumerate(hooks):
             sid = post(srv.url, h, f"summary-{n}")["sessions"][0]
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(f"{srv.url}/#/session/{sid}")
             page.wait_for_selector("#batches .batch[data-batch='1']")
             assert page.locator(".summary").count() == 0  # the batch is still open
@@ -257,19 +262,15 @@ def test_viewer_shows_a_batch_summary_live_and_escaped(settings: Settings, reque
             assert page.locator(".summary li[data-kind=gotcha]").count() == 1
             assert page.locator(".summary b, .summary i").count() == 0  # markup stayed text
             page.screenshot(path=f"{shot}-summary.png")
-            browser.close()
     finally:
         srv.stop()
 
 
 def test_viewer_search_finds_a_prompt_shows_it_as_text_and_opens_its_session(
-    settings: Settings, request: pytest.FixtureRequest
+    chromium: Any, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
     """The header's search box: a prompt sent by a hook is found by one of its words,
     the match is highlighted, markup in it stays text, and a click opens the session."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
 
     base = {"session_id": "viewer-search-1", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp/proj"}
     prompt = 'tidy the <img id="xss" src="x" onerror="window.pwned=1"> gravlaxifier module'
@@ -278,10 +279,7 @@ def test_viewer_search_finds_a_prompt_shows_it_as_text_and_opens_its_session(
     srv = Server(settings).start()
     try:
         sid = post(srv.url, {**base, "hook_event_name": "UserPromptSubmit", "prompt": prompt}, "search-1")["sessions"][0]
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(TIMEOUT_MS)
+        with _page(chromium, height=900) as page:
             page.goto(f"{srv.url}/")
             page.fill("#search-input", "gravlaxifier")
             page.press("#search-input", "Enter")
@@ -295,21 +293,16 @@ def test_viewer_search_finds_a_prompt_shows_it_as_text_and_opens_its_session(
             hit.click()
             page.wait_for_url(f"**/#/session/{sid}")
             page.wait_for_selector("#batches .batch[data-batch='1']")
-            browser.close()
     finally:
         srv.stop()
 
 
-def test_live_list_keeps_the_servers_order(settings: Settings, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_live_list_keeps_the_servers_order(chromium: Any, settings: Settings, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     # A session whose last activity is older than every row of page 1 must not jump to
     # the top when it arrives live (an import of an old transcript), and a live page
     # must show the rows the server lists, in its order.
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
     import json
     import re
-
-    from playwright.sync_api import sync_playwright
 
     from conftest import FIXTURES, cli
 
@@ -321,8 +314,7 @@ def test_live_list_keeps_the_servers_order(settings: Settings, request: pytest.F
     ARTIFACTS.mkdir(exist_ok=True)
     srv = Server(settings).start()
     try:
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(srv.url + "/")
             page.wait_for_selector("#conn[data-state=live]")
             page.wait_for_selector("tr.session-row")
@@ -333,7 +325,6 @@ def test_live_list_keeps_the_servers_order(settings: Settings, request: pytest.F
             page.wait_for_timeout(500)  # any further update would arrive now
             shown = page.evaluate("[...document.querySelectorAll('tr.session-row')].map(r => r.dataset.id)")
             page.screenshot(path=str(ARTIFACTS / (request.node.name + ".png")))
-            browser.close()
     finally:
         srv.stop()
     listed = [s["id"] for s in json.loads(cli(settings, "sessions", "--json").stdout)]
@@ -342,13 +333,10 @@ def test_live_list_keeps_the_servers_order(settings: Settings, request: pytest.F
 
 
 def test_a_session_update_keeps_the_readers_scroll_and_selection(
-    settings: Settings, request: pytest.FixtureRequest
+    chromium: Any, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
     # a busy session re-renders on every event: an output the reader scrolled or is
     # selecting text in must stay as it is
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
 
     from conftest import FIXTURES, cli
 
@@ -358,8 +346,7 @@ def test_a_session_update_keeps_the_readers_scroll_and_selection(
             "hook_event_name": "Notification", "message": "Claude needs your permission"}
     srv = Server(settings).start()
     try:
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(f"{srv.url}/#/session/{ref}")
             page.wait_for_selector("#batches tr[data-tool-use-id]")
             # open the first output taller than its box, and scroll it
@@ -394,22 +381,17 @@ def test_a_session_update_keeps_the_readers_scroll_and_selection(
             page.evaluate("document.getSelection().removeAllRanges()")
             page.wait_for_function("n => window.hookledger.rendered > n", arg=rendered)
             page.screenshot(path=str(ARTIFACTS / (request.node.name + ".png")))
-            browser.close()
     finally:
         srv.stop()
 
 
 def test_a_burst_of_new_sessions_leaves_page_one_as_the_server_lists_it(
-    settings: Settings, request: pytest.FixtureRequest
+    chromium: Any, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
     # 120 sessions arrive in one request (more than a page within one frame): the page
     # applies them once per frame, skipping those that cannot be on page 1, and must end
     # showing exactly the server's page 1, in its order.
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
     import json
-
-    from playwright.sync_api import sync_playwright
 
     from api.hot_path.hook_fast import record_bytes, uuid7
 
@@ -422,8 +404,7 @@ def test_a_burst_of_new_sessions_leaves_page_one_as_the_server_lists_it(
     srv = Server(settings).start()
     try:
         post(srv.url, json.loads(body(1000)), "first")
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(srv.url + "/")
             page.wait_for_selector("#conn[data-state=live]")
             page.wait_for_selector("tr.session-row")
@@ -442,7 +423,6 @@ def test_a_burst_of_new_sessions_leaves_page_one_as_the_server_lists_it(
                     break
                 page.wait_for_timeout(100)
             page.screenshot(path=str(ARTIFACTS / (request.node.name + ".png")))
-            browser.close()
     finally:
         srv.stop()
     assert shown == listed
@@ -462,15 +442,12 @@ def _task_calls(transcript: Path) -> list[dict[str, Any]]:
 
 
 def test_subagents_are_marked_in_the_list_and_linked_both_ways(
-    settings: Settings, request: pytest.FixtureRequest
+    chromium: Any, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
     # A real Claude Code session with two subagent runs (a Task subagent and a compaction
     # agent): in the list each child reads as a subagent of its parent, with a link; the
     # parent's page lists them and links the Task call to the run it spawned; the child's
     # page, opened by its external id (which holds a "/"), names its parent and the call.
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
 
     from conftest import FIXTURES, cli
 
@@ -486,8 +463,7 @@ def test_subagents_are_marked_in_the_list_and_linked_both_ways(
         parent = listed[ref]
         spawned = listed[f"{ref}/agent-a881341"]
         compact = listed[f"{ref}/agent-acompact-fffbd0"]
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(srv.url + "/")
             page.wait_for_selector(f'tr.session-row[data-id="{spawned["id"]}"]')
             page.screenshot(path=f"{shot}-list.png")
@@ -514,7 +490,6 @@ def test_subagents_are_marked_in_the_list_and_linked_both_ways(
             lineage_link = page.get_attribute("#lineage a", "href")
             prompt = page.inner_text("#batches .batch[data-batch='1'] .prompt")
             page.screenshot(path=f"{shot}-child.png")
-            browser.close()
     finally:
         srv.stop()
     assert rows[parent["id"]] == {**rows[parent["id"]], "child": False, "link": None}
@@ -543,15 +518,12 @@ def _shown_number(text: str, label: str) -> str:
 
 
 def test_totals_on_the_list_and_the_session_page_and_the_agent_filter(
-    settings: Settings, request: pytest.FixtureRequest
+    chromium: Any, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
     # Three agents' real sessions: the list's totals line sums every session the filters
     # match (not just the page), the agent filter offers the agents there are and lists
     # exactly that agent's sessions, a session of a new agent arriving live updates both,
     # and a session page heads with its own totals.
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
 
     from conftest import FIXTURES, cli
 
@@ -584,8 +556,7 @@ def test_totals_on_the_list_and_the_session_page_and_the_agent_filter(
     try:
         everything = sessions()
         codex = sessions(agent="codex")
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(srv.url + "/")
             page.wait_for_selector("#conn[data-state=live]")
             page.wait_for_selector("#totals [data-total=cost]")
@@ -617,7 +588,6 @@ def test_totals_on_the_list_and_the_session_page_and_the_agent_filter(
             page.wait_for_selector("#batches .batch[data-batch='1']")
             session_totals = page.inner_text("#session-totals")
             page.screenshot(path=f"{shot}-session.png")
-            browser.close()
     finally:
         srv.stop()
     assert options == ["", *sorted({s["agent"] for s in everything})]
@@ -635,12 +605,9 @@ def test_totals_on_the_list_and_the_session_page_and_the_agent_filter(
 
 
 def test_the_session_page_shows_slash_commands_in_their_batch(
-    settings: Settings, request: pytest.FixtureRequest
+    chromium: Any, settings: Settings, request: pytest.FixtureRequest
 ) -> None:
     # /clear is no prompt (it opens no batch) but the reader sees it where it was typed
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
     from test_batch_inputs import TWO, _expected, _session_ids
 
     from conftest import cli
@@ -650,8 +617,7 @@ def test_the_session_page_shows_slash_commands_in_their_batch(
     cli(settings, "import", str(TWO))
     srv = Server(settings).start()
     try:
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(f"{srv.url}/#/session/{sid}")
             page.wait_for_selector("#batches .input")
             shown = page.evaluate("""() => [...document.querySelectorAll('#batches .input')].map(
@@ -659,7 +625,6 @@ def test_the_session_page_shows_slash_commands_in_their_batch(
                        li.closest('.batch').dataset.batch])""")
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=f"{ARTIFACTS / request.node.name}.png")
-            browser.close()
         inputs = httpx.get(f"{srv.url}/v1/sessions/{sid}").json()["inputs"]
     finally:
         srv.stop()
