@@ -632,15 +632,14 @@ def test_the_session_page_shows_slash_commands_in_their_batch(
     assert [b for _, _, b in shown] == [str(i["batch"]) for i in inputs]
 
 
-def test_a_parent_page_follows_its_subagent_run_live(settings: Settings, request: pytest.FixtureRequest) -> None:
+def test_a_parent_page_follows_its_subagent_run_live(
+    settings: Settings, request: pytest.FixtureRequest, chromium: Any
+) -> None:
     # Real hooks of session 4f65f198 (Claude Code 2.1.170): the parent's page is open (by
     # the agent's session id) when one of its subagent runs makes its first tool call
     # (hooks with agent_id: the child session's events, none on the parent's stream),
     # then nine more, then stops. The run appears in the subagents list, and its row (the
     # same <tr>) and the totals with subagents follow its tool calls without a reload.
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
     from test_hook_replay import SESSION, _subagent_payloads
 
     payloads, _ = _ordered_payloads()
@@ -652,8 +651,7 @@ def test_a_parent_page_follows_its_subagent_run_live(settings: Settings, request
     srv = Server(settings).start()
     try:
         sid = post(srv.url, payloads[0], "sub-start")["sessions"][0]
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(f"{srv.url}/#/session/{SESSION}")
             page.wait_for_selector("#conn[data-state=live]")
             page.wait_for_function("n => window.hookledger.positions.length >= n", arg=2)  # Opened, Started
@@ -675,7 +673,6 @@ def test_a_parent_page_follows_its_subagent_run_live(settings: Settings, request
             kept = page.evaluate(f"id => ({row})(id).kept === true", child)
             reloaded = page.evaluate("() => window.notReloaded !== true")
             page.screenshot(path=f"{shot}-stopped.png")
-            browser.close()
         parent = httpx.get(f"{srv.url}/v1/sessions/{sid}").json()
     finally:
         srv.stop()
@@ -688,7 +685,7 @@ def test_a_parent_page_follows_its_subagent_run_live(settings: Settings, request
 
 
 def test_a_live_update_of_one_batch_leaves_the_other_batches_nodes_alone(
-    settings: Settings, request: pytest.FixtureRequest
+    settings: Settings, request: pytest.FixtureRequest, chromium: Any
 ) -> None:
     # A session with a few hundred prompt batches: the real hooks of session 4f65f198
     # (its two batches with their tool calls), then its real prompts (numbered) and Stop
@@ -696,12 +693,8 @@ def test_a_live_update_of_one_batch_leaves_the_other_batches_nodes_alone(
     # one tool call arrives for the open batch; its input is markup. Every element of the
     # batches is marked before: afterwards only the new row (and that batch's header) are
     # new elements, every other batch is the same nodes, and the input shows as text.
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium")
     import json
     from datetime import UTC, datetime, timedelta
-
-    from playwright.sync_api import sync_playwright
 
     from api.hot_path.hook_fast import JOURNAL_CONTENT_TYPE, record_bytes, uuid7
 
@@ -733,8 +726,7 @@ def test_a_live_update_of_one_batch_leaves_the_other_batches_nodes_alone(
         assert r.status_code == 202, r.text
         log = httpx.get(f"{srv.url}/v1/sessions/{sid}/events").json()["events"]
         detail = httpx.get(f"{srv.url}/v1/sessions/{sid}").json()
-        with sync_playwright() as p:
-            browser, page = _open_page(p)
+        with _page(chromium) as page:
             page.goto(f"{srv.url}/#/session/{sid}")
             # the page shows the final state: every event received, every batch and call
             page.wait_for_function("n => window.hookledger.positions.length >= n", arg=len(log))
@@ -760,7 +752,6 @@ def test_a_live_update_of_one_batch_leaves_the_other_batches_nodes_alone(
             pwned = page.evaluate("window.pwned === 1")
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
-            browser.close()
     finally:
         srv.stop()
     last = detail["batches"][-1]["batch"]
