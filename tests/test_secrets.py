@@ -167,6 +167,10 @@ def _shapes() -> list[tuple[str, str, list[str]]]:
     add("env_secret_assignment", f'TOKEN: Final = "{s}"', s)
     s = tok(10, LOW) + "2" + tok(5, ALNUM)
     add("env_secret_assignment", f'DB_PASSWORD: typing.Final[str] = "{s}"', s)
+    s = tok(7, ALNUM) + "6" + tok(11, ALNUM)
+    add("code_secret_assignment", f'let apiKey: String = "{s}"', s)  # Swift, Kotlin
+    s = tok(9, ALNUM) + "7" + tok(8, ALNUM)
+    add("code_secret_assignment", f'access_token: SecretStr = "{s}"', s)  # pydantic
     return out
 
 
