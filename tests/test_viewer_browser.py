@@ -498,7 +498,8 @@ def test_subagents_are_marked_in_the_list_and_linked_both_ways(
         assert rows[child["id"]]["link"] == f"#/session/{parent['id']}"
         # its own id, not the parent's first characters
         assert child["external_id"].rsplit("/", 1)[1] in rows[child["id"]]["text"]
-    assert "subagent of" in rows[spawned["id"]]["text"]
+    # the type of the Task call that spawned it (the run's own records name none)
+    assert "subagent (claude-code-guide) of" in rows[spawned["id"]]["text"]
     assert "subagent (compact) of" in rows[compact["id"]]["text"]
     assert sorted(subagent_links) == sorted(f"#/session/{c['id']}" for c in (spawned, compact))
     assert call_links == [[task["id"], f"#/session/{spawned['id']}"]]
