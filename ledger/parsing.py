@@ -22,6 +22,7 @@ from ledger.gcpause import gc_paused
 from ledger.observation import Observation, Rejected
 from ledger.privacy import redact_text
 from ledger.sources import agent_files, claude_transcript, stream_formats
+from ledger.sources.jsonl import json_objects
 
 SUFFIXES = (".jsonl", ".json")
 
@@ -77,7 +78,7 @@ def detect(path: Path, head: bytes) -> str | None:
         return stream
     if path.suffix == ".jsonl":
         lines = head.split(b"\n")
-        return "claude-code.transcript" if _looks_like_claude(_objects(lines[:-1] or lines)) else None
+        return "claude-code.transcript" if _looks_like_claude(json_objects(lines[:-1] or lines)) else None
     if head.lstrip().startswith(b"["):
         return "claude-code.transcript-array"
     return None
@@ -87,12 +88,6 @@ _CLAUDE_TYPES = {"user", "assistant", "system", "summary", "progress", "file-his
                  "queue-operation", "attachment"}
 
 
-def _objects(lines: Iterable[bytes]) -> Iterator[Any]:
-    for line in lines:
-        try:
-            yield jsontext.loads(line)
-        except orjson.JSONDecodeError:
-            continue
 
 
 def _looks_like_claude(records: Iterable[Any]) -> bool:

@@ -20,13 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from ledger import jsontext
 from ledger.observation import Observation, Rejected
 from ledger.sources import cursor_transcript, gemini_chat, openclaw_transcript
+from ledger.sources.jsonl import json_objects
 
 FORMATS = ("gemini.chat", "gemini.chat-jsonl", "cursor.transcript", "openclaw.transcript")
 _GEMINI_JSON_MARKERS = (b'"messages"', b'"history"', b'"toolCalls"', b'"tokens"')
@@ -40,7 +37,7 @@ def detect(path: Path, head: bytes) -> str | None:
         return None
     if path.suffix != ".jsonl":
         return None
-    records = [r for r in _objects(head.split(b"\n", 20)[:20]) if isinstance(r, dict)]
+    records = [r for r in json_objects(head.split(b"\n", 20)[:20]) if isinstance(r, dict)]
     if not records:
         return None
     first = records[0]
@@ -79,9 +76,3 @@ def parse(fmt: str, path: Path, data: bytes) -> Iterator[Observation | Rejected]
         raise ValueError(f"unknown format {fmt!r}")
 
 
-def _objects(lines: list[bytes]) -> Iterator[Any]:
-    for line in lines:
-        try:
-            yield jsontext.loads(line)
-        except orjson.JSONDecodeError:
-            continue

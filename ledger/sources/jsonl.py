@@ -9,6 +9,7 @@ records without an id of their own are built from the line's bytes (see
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,3 +96,13 @@ def int_or_none(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
+
+
+def json_objects(lines: Iterable[bytes]) -> Iterator[Any]:
+    """The values of those ``lines`` that parse as JSON, the others skipped (format
+    detection looks at a file's first lines; a broken one decides nothing)."""
+    for line in lines:
+        try:
+            yield jsontext.loads(line)
+        except orjson.JSONDecodeError:
+            continue
