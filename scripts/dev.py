@@ -65,6 +65,10 @@ def test(args: list[str]) -> None:
             sh("bash", ROOT / "tests" / "tools" / "install_ccusage.sh")
         except subprocess.CalledProcessError:
             print("ccusage could not be installed; the live cross-check will be skipped")
+    if not any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args):
+        # one worker per CPU; a module's tests stay on one worker (module fixtures: one
+        # Chromium, one hook journal written once)
+        args = ["--numprocesses=auto", "--dist=loadfile", *args]
     sh(BIN / "python", "-m", "pytest", *args)
 
 
