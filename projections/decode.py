@@ -8,9 +8,10 @@ looks at:
   after the NUL byte (:data:`ledger.envelope.RAW_SEPARATOR`) is cut off in Python;
 * an event whose class no projection consumes (:attr:`Projection.kinds`) is not decoded
   at all: its position is still part of the section, so tracking advances past it;
-* an event is validated by pydantic straight from its JSON bytes, and its stream id is
-  a :class:`StreamId` shared by the stream's events, whose ``str()`` (every
-  projection's row key) is computed once.
+* an event is built from its JSON without validating it again
+  (:class:`projections.event_decoder.EventDecoder`; a row that does not fit goes
+  through pydantic), and its stream id is a :class:`StreamId` shared by the stream's
+  events, whose ``str()`` (every projection's row key) is computed once.
 
 Decoding gives the same event as :meth:`ledger.mapper.PydanticMapper.decode` with
 ``raw=False``; anything the fast path does not handle (an event class with upcasters,
@@ -28,6 +29,7 @@ from eventsourcing.utils import resolve_topic
 
 from ledger.app import Ledger
 from ledger.envelope import RAW_SEPARATOR
+from projections.event_decoder import EventDecoder
 
 _STREAM_IDS = 100_000
 """Stream ids kept per reader before its cache starts again."""
@@ -73,6 +75,7 @@ class LogReader:
         self.wanted = wanted
         self._classes: dict[str, tuple[type, bool, bool]] = {}  # topic -> (cls, wanted, fast)
         self._stream_ids: dict[str, StreamId] = {}
+        self._decoder = EventDecoder()
 
     def read(self, after: int, limit: int, stop: int | None = None) -> Section:
         """Up to ``limit`` events after position ``after`` (up to ``stop``, inclusive)."""
@@ -80,6 +83,7 @@ class LogReader:
         events: list[tuple[int, Any]] = []
         decoded: set[type] = set()
         classes, stream_ids = self._classes, self._stream_ids
+        decode = self._decoder.decode
         if len(stream_ids) > _STREAM_IDS:
             stream_ids.clear()
         for position, oid, version, topic, state in self._rows(after, limit, stop):
@@ -95,16 +99,11 @@ class LogReader:
                 sid = stream_ids[oid] = StreamId(oid)
             event = None
             if fast:
-                try:
-                    event = cls.model_validate_json(state.partition(RAW_SEPARATOR)[0])  # type: ignore[attr-defined]
-                except ValueError:
-                    event = None  # the mapper decides (and raises its own error)
-            if event is None:
+                event = decode(cls, state.partition(RAW_SEPARATOR)[0], sid, version)
+            if event is None:  # pydantic decides (and raises its own error)
                 event = self.mapper.decode(topic, state, sid, version, raw=False)
-            # the row is the truth for the stream position (as the mapper has it)
+                event.__dict__["originator_id"] = sid  # the row's, shared by the stream
             fields = event.__dict__
-            fields["originator_id"] = sid
-            fields["originator_version"] = version
             # the same instants with the C ``timezone.utc``: pydantic gives every parsed
             # time its own tzinfo object, which makes each utcoffset(), hash and compare
             # of it (iso() formats them several times per event) several times dearer
@@ -121,7 +120,7 @@ class LogReader:
     def _class(self, topic: str) -> tuple[type, bool, bool]:
         cls = resolve_topic(topic)
         wanted = self.wanted is None or self.wanted(cls)
-        fast = getattr(cls, "class_version", 1) == 1 and hasattr(cls, "model_validate_json")
+        fast = self._decoder.supports(cls)
         self._classes[topic] = found = (cls, wanted, fast)
         return found
 

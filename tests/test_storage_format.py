@@ -5,15 +5,23 @@ read (without the raw record) equals the full event but for ``raw``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 import pytest
 
 from api.bootstrap import Services, build
+from api.jobs import run_jobs
+from api.summaries import run_summaries
 from ledger.config import Settings
 from ledger.envelope import RAW_SEPARATOR, canonical_bytes, chain_digest
 from ledger.importer import import_paths
+from ledger.ingest import ingest_hook
+from ledger.session import Session
+from projections.decode import LogReader
+from projections.event_decoder import EventDecoder
 
 from conftest import FIXTURES, cli
 
@@ -47,6 +55,68 @@ def test_raw_record_is_stored_after_the_json_as_received(services: Services) -> 
     assert raw == line.strip()  # the line exactly as read (nothing was redacted)
     assert b'"raw"' not in head
 
+
+def test_projections_read_every_event_as_pydantic_validates_it(services: Services) -> None:
+    """:class:`EventDecoder` builds events from their stored JSON without validating
+    them again: every event of every bundled agent's sessions, liveness decisions and
+    summaries, and a hook with redactions, decodes to the event pydantic validates
+    from the same row, field by field with the same types; only the summary (version
+    2, upcasters) goes through pydantic."""
+    import_paths(services.ledger, [FIXTURES])
+    body = b'{"hook_event_name": "UserPromptSubmit", "session_id": "dec-1", "prompt": "a <private>x</private> b"}'
+    assert ingest_hook(services.ledger, "claude-code", body, "decoder-key").result.appended
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    run_jobs(services, later)
+    run_summaries(services, now=later)
+    end = services.ledger.max_position()
+    reference = dict(services.ledger.read_log(0, end, raw=False))
+    rows = services.ledger.recorder.select_notifications(start=1, limit=end)
+    decoder, built, kinds = EventDecoder(), 0, set()
+    for row in rows:  # the decoder itself takes every row of the classes it plans
+        cls = type(reference[row.id])
+        if decoder.supports(cls):
+            head = row.state.partition(RAW_SEPARATOR)[0]
+            assert decoder.decode(cls, head, reference[row.id].originator_id, row.originator_version) is not None
+            built += 1
+            kinds.add(cls)
+    assert built > len(reference) - 200 and not decoder.supports(Session.Summarised)
+    assert {Session.ToolCallCompleted, Session.TimedOut, Session.CostReported, Session.RunEnded} <= kinds
+    section = LogReader(services.ledger).read(0, end)
+    assert [p for p, _ in section.events] == sorted(reference)
+    redacted = 0
+    for position, event in section.events:
+        expected = reference[position]
+        assert type(event) is type(expected) and event == expected
+        for name in type(expected).model_fields:
+            if name != "originator_id":  # a UUID subclass shared by the stream's events
+                assert type(getattr(event, name)) is type(getattr(expected, name)), (position, name)
+        redacted += bool(event.redactions)
+    assert redacted
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda state: {**state, "unknown_field": 1},  # a key the class lacks
+        lambda state: {k: v for k, v in state.items() if k != "event_key"},  # required, absent
+        lambda state: {**state, "status": "NOT_A_STATUS"},  # no such enum member
+        lambda state: {**state, "timestamp": "yesterday"},  # no time
+    ],
+)
+def test_a_row_the_decoder_does_not_fit_goes_to_pydantic(services: Services, change: Callable[[dict], dict]) -> None:
+    body = b'{"hook_event_name": "UserPromptSubmit", "session_id": "dec-2", "prompt": "hi"}'
+    ingest_hook(services.ledger, "claude-code", body, "decoder-key-2")
+    row = services.ledger.recorder.select_notifications(start=1, limit=10)[-1]
+    cls = type(services.ledger.read_log(row.id - 1, 1)[0][1])
+    head = row.state.partition(RAW_SEPARATOR)[0]
+    decoder = EventDecoder()
+    assert decoder.supports(cls)
+    assert decoder.decode(cls, head, row.originator_id, row.originator_version) is not None
+    changed = orjson.dumps(change(orjson.loads(head)))
+    assert decoder.decode(cls, changed, row.originator_id, row.originator_version) is None
+    with pytest.raises(ValueError):  # pydantic refuses it as well
+        cls.model_validate_json(changed)
+    assert decoder.decode(cls, b"{not json", row.originator_id, row.originator_version) is None
 
 
 @pytest.mark.parametrize("key", ["COMPRESSOR_TOPIC", "CIPHER_TOPIC"])
