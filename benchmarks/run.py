@@ -42,6 +42,7 @@ HOOKS = [*json.loads((COORP / "pre_tool_use.json").read_bytes()),  # one payload
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 TARGETS = {"sqlite:import": 20_000, "sqlite:catch_up_all": 60_000}
 TARGETS |= {f"sqlite:rebuild:{name}": 60_000 for name in ("all", *PROJECTION_CLASSES)}
+TARGETS |= {f"sqlite:rebuild_process:{name}": 60_000 for name in PROJECTION_CLASSES}
 
 
 def rewrite(rec: object, tag: str) -> object:
@@ -132,7 +133,21 @@ def store_run(
     for name in PROJECTION_CLASSES:
         timed(f"rebuild:{name}", lambda: head, lambda n=name: services.runner.rebuild(n))
     services.close()
+    for name in PROJECTION_CLASSES:  # as `hookledger projections rebuild NAME` does
+        child = rebuild_in_child(settings, name)
+        out[f"rebuild_process:{name}"] = child["positions"] / child["wall_s"]
+        out[f"rebuild_process:{name}:cpu"] = child["positions"] / child["cpu_s"]
     return {f"{tag}:{m}": v for m, v in out.items()}
+
+
+def rebuild_in_child(settings: Settings, name: str) -> dict[str, float]:
+    """benchmarks/rebuild_child.py: one rebuild of ``name`` in a fresh process."""
+    fields = {"data_dir": str(settings.data_dir), "database_url": settings.database_url,
+              "database_schema": settings.database_schema}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rebuild_child.py"),
+                           json.dumps(fields), name], check=True, capture_output=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def pg_run(corpus: Path, tmp: Path, min_events: int) -> dict[str, float]:
