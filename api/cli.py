@@ -45,7 +45,7 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
 @click.option(
     "--reread", is_flag=True,
     help="Read every file, also those recorded whole by an earlier import and unchanged "
-    "since (skipped unread by default).",
+    "since (skipped unread by default); those read whole are remembered again.",
 )
 @click.pass_context
 def import_cmd(
@@ -83,7 +83,7 @@ def import_cmd(
     ):
         summary = import_paths(
             services.ledger, files, progress=lambda _p: bar.update(1), workers=workers,
-            imported=None if reread else imported,
+            imported=imported, reread=reread,
         )
     services.runner.catch_up()
     summary.skipped[:0] = [(str(p), why) for p, why in missing]
@@ -91,8 +91,8 @@ def import_cmd(
     if as_json:
         _dump(data)
         return
-    unchanged = data["files_unchanged"]
-    unchanged = f" ({unchanged} more unchanged since their last import: not read)" if unchanged else ""
+    n_unchanged = data["files_unchanged"]
+    unchanged = f" ({n_unchanged} more unchanged since their last import: not read)" if n_unchanged else ""
     click.echo(
         f"{data['files']} files{unchanged}: {data['sessions_added']} sessions added "
         f"({data['sessions_touched']} touched), {data['events_appended']} events appended, "

@@ -84,6 +84,7 @@ def import_paths(
     *,
     workers: int | None = 0,
     imported: ImportedFiles | None = None,
+    reread: bool = False,
 ) -> ImportSummary:
     """Import every agent file under ``paths``; a file of no known format, or one that
     cannot be read, is listed in ``skipped`` with the reason and never stops the rest.
@@ -103,7 +104,9 @@ def import_paths(
     ``imported``: the files recorded whole by earlier imports
     (:class:`~ledger.imported_files.ImportedFiles`): those unchanged since are skipped
     unread (counted in ``unchanged``, and passed to ``progress``), and each file this
-    import records whole is remembered there. None: every file is read.
+    import records whole is remembered there. None: every file is read. ``reread``:
+    every file is read, and those read whole are remembered in ``imported`` all the
+    same (so the next import skips them).
 
     ``workers`` > 0 parses the runs in that many spawned processes (not forked: this
     process may hold threads and open connections) while this one records them; the
@@ -119,7 +122,7 @@ def import_paths(
         raise ValueError(f"workers must be 0 or more, not {workers}")
     files = discover(paths)
     summary = ImportSummary()
-    if imported is not None:
+    if imported is not None and not reread:
         unchanged = imported.unchanged(files)
         summary.unchanged = len(unchanged)
         files = [f for f in files if f not in unchanged]

@@ -60,6 +60,18 @@ def test_unchanged_files_are_not_read_again(settings: Settings, tmp_path: Path) 
     assert reread["duplicates_skipped"] > 0 and reread["events_appended"] + reread["rejected"] > 0
 
 
+def test_reread_remembers_what_it_read(settings: Settings, tmp_path: Path) -> None:
+    """``--reread`` after the cache was lost (deleted, or written by other hookledger
+    code) records the files again: the import after it reads nothing."""
+    projects = _copy(SPOTTER, tmp_path)
+    first = _import(settings, projects)
+    (settings.data_dir / FILE_NAME).unlink()
+    reread = _import(settings, projects, "--reread")
+    assert reread["files"] == first["files"] and reread["events_appended"] == 0
+    again = _import(settings, projects)
+    assert again["files"] == 0 and again["files_unchanged"] == first["files"]
+
+
 def test_a_grown_file_is_read_again(settings: Settings, other_settings: Settings, tmp_path: Path) -> None:
     source = SPOTTER / "short.jsonl"
     lines = source.read_bytes().rstrip(b"\n").split(b"\n")
