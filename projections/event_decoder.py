@@ -51,7 +51,29 @@ def _models(model: type[BaseModel]) -> _Convert:
     return convert
 
 
-def _converter(annotation: Any) -> tuple[bool, _Convert | None]:
+_TIMES = 4096
+"""Parsed times kept per decoder before its cache starts again."""
+
+
+def _times() -> _Convert:
+    """``datetime.fromisoformat`` (``Z`` gives the ``datetime.UTC`` singleton) that gives
+    the same object for the same text: all events of one write share their recorded
+    time, so :func:`projections.base.iso` finds it formatted already (by identity)."""
+    cache: dict[str, datetime] = {}
+    parse = datetime.fromisoformat
+
+    def convert(text: str) -> datetime:
+        found = cache.get(text)
+        if found is None:
+            if len(cache) >= _TIMES:
+                cache.clear()
+            found = cache[text] = parse(text)
+        return found
+
+    return convert
+
+
+def _converter(annotation: Any, times: _Convert) -> tuple[bool, _Convert | None]:
     """``(supported, convert)`` for a field annotation; ``convert`` None when the JSON
     value is already the field's value."""
     if annotation in _PLAIN:
@@ -59,14 +81,14 @@ def _converter(annotation: Any) -> tuple[bool, _Convert | None]:
     if annotation is float:
         return True, float
     if annotation is datetime:
-        return True, datetime.fromisoformat  # 'Z' gives the datetime.UTC singleton
+        return True, times
     if annotation is UUID:
         return True, UUID
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return True, {m.value: m for m in annotation}.__getitem__
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
-        return _converter(args[0] if args[1] is type(None) else args[1])  # None stays None
+        return _converter(args[0] if args[1] is type(None) else args[1], times)  # None stays None
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = args[0]
         if item in (str, int):
@@ -90,14 +112,14 @@ class _Plan:
 
     __slots__ = ("convert", "defaults", "fields", "layouts")
 
-    def __init__(self, cls: type[BaseModel]) -> None:
+    def __init__(self, cls: type[BaseModel], times: _Convert) -> None:
         self.fields = frozenset(cls.model_fields)
         self.convert: dict[str, _Convert] = {}
         self.defaults: dict[str, Any] = {}  # field -> default (immutable ones only)
         for name, info in cls.model_fields.items():
             if name in _FROM_ROW:
                 continue
-            supported, convert = _converter(info.annotation)
+            supported, convert = _converter(info.annotation, times)
             if not supported or info.default_factory is not None:
                 raise TypeError(f"{cls.__qualname__}.{name}: {info.annotation!r}")
             if convert is not None:
@@ -134,6 +156,7 @@ class EventDecoder:
 
     def __init__(self) -> None:
         self._plans: dict[type, _Plan | None] = {}
+        self._times = _times()
 
     def supports(self, cls: type) -> bool:
         """Whether events of ``cls`` are decoded here (version 1, every field type
@@ -143,7 +166,7 @@ class EventDecoder:
             plan = None
             if getattr(cls, "class_version", 1) == 1 and issubclass(cls, BaseModel):
                 try:
-                    plan = _Plan(cls)
+                    plan = _Plan(cls, self._times)
                 except TypeError:
                     plan = None
             self._plans[cls] = plan
