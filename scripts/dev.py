@@ -5,7 +5,9 @@
   directory (an earlier one is deleted), then ``hookledger serve`` on
   http://127.0.0.1:8765.
 * ``test``: the same virtualenv with the dev extras (and ccusage from npm when npm is
-  available, for the live cross-check), then the whole test suite.
+  available, for the live cross-check), then the whole test suite, in one pytest-xdist
+  worker per CPU (the tests of a module stay on one worker); further arguments go to
+  pytest (``-n 0``: one process).
 """
 
 from __future__ import annotations
