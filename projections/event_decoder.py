@@ -20,9 +20,13 @@ every event of every bundled agent's sessions both ways.
 A row the plan does not fit is not guessed at: :meth:`EventDecoder.decode` returns
 None, and the caller validates it with pydantic (which raises its own error for a
 corrupted row). That is the case for keys the class does not have, a missing required
-field, a value a conversion rejects, JSON orjson refuses, and every class that is not
-version 1 (upcasters) or has a field type outside :func:`_converter`'s list. Integrity
-of what the rows say is :mod:`ledger.verify`'s job (the hash chain), not decoding's.
+field, null in a field that is not optional but converted (a time, UUID, enum, tuple),
+a value a conversion rejects (a time text ``fromisoformat`` refuses, a string where an
+array belongs), JSON orjson refuses, and every class that is not version 1
+(upcasters) or has a field type outside :func:`_converter`'s list. Plain strings,
+integers and booleans are taken as written, unchecked: a row edited by hand to hold
+``"3"`` for a token count reaches the projection as a string. Finding edited rows is
+:mod:`ledger.verify`'s job (the hash chain), not decoding's.
 """
 
 from __future__ import annotations
@@ -53,9 +57,17 @@ def _models(model: type[BaseModel]) -> _Convert:
     validate = model.model_validate
 
     def convert(items: list[Any]) -> tuple[Any, ...]:
-        return tuple(map(validate, items)) if items else ()
+        return tuple(map(validate, _items(items)))
 
     return convert
+
+
+def _items(value: Any) -> tuple[Any, ...]:
+    """A JSON array as a tuple (TypeError for anything else: a string or an object would
+    make a tuple of its characters or keys)."""
+    if type(value) is not list:
+        raise TypeError(f"expected an array, not {type(value).__name__}")
+    return tuple(value)
 
 
 _TIMES = 4096
@@ -99,10 +111,14 @@ def _converter(annotation: Any, times: _Convert) -> tuple[bool, _Convert | None]
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = args[0]
         if item in (str, int):
-            return True, tuple
+            return True, _items
         if isinstance(item, type) and issubclass(item, BaseModel):
             return True, _models(item)
     return False, None
+
+
+def _nullable(annotation: Any) -> bool:
+    return type(None) in typing.get_args(annotation)
 
 
 class _Layout(NamedTuple):
@@ -111,7 +127,8 @@ class _Layout(NamedTuple):
 
     defaults: dict[str, Any]
     fields_set: set[str]
-    convert: tuple[tuple[str, _Convert], ...]
+    convert: tuple[tuple[str, _Convert, bool], ...]
+    """(field, conversion, whether None is a value of the field)"""
 
 
 class _Plan:
@@ -121,7 +138,7 @@ class _Plan:
 
     def __init__(self, cls: type[BaseModel], times: _Convert) -> None:
         self.fields = frozenset(cls.model_fields)
-        self.convert: dict[str, _Convert] = {}
+        self.convert: dict[str, tuple[_Convert, bool]] = {}
         self.defaults: dict[str, Any] = {}  # field -> default (immutable ones only)
         for name, info in cls.model_fields.items():
             if name in _FROM_ROW:
@@ -130,7 +147,7 @@ class _Plan:
             if not supported or info.default_factory is not None:
                 raise TypeError(f"{cls.__qualname__}.{name}: {info.annotation!r}")
             if convert is not None:
-                self.convert[name] = convert
+                self.convert[name] = (convert, _nullable(info.annotation))
             if info.default is not PydanticUndefined:
                 if not isinstance(info.default, (str, int, float, bool, tuple, type(None))):
                     raise TypeError(f"{cls.__qualname__}.{name}: default {info.default!r}")
@@ -150,7 +167,7 @@ class _Plan:
             found = _Layout(
                 {name: self.defaults[name] for name in absent},
                 set(present),  # shared by the events of this layout: frozen models
-                tuple((k, self.convert[k]) for k in keys if k in self.convert),
+                tuple((k, *self.convert[k]) for k in keys if k in self.convert),
             )
         if len(self.layouts) < 64:  # a few layouts per class (one per writer version)
             self.layouts[keys] = found
@@ -191,10 +208,12 @@ class EventDecoder:
             layout = plan.layout(tuple(state))
             if layout is None:
                 return None
-            for name, convert in layout.convert:
+            for name, convert, nullable in layout.convert:
                 value = state[name]
                 if value is not None:
                     state[name] = convert(value)
+                elif not nullable:
+                    return None
             if layout.defaults:
                 state.update(layout.defaults)
             state["originator_id"] = originator_id

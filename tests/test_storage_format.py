@@ -101,6 +101,10 @@ def test_projections_read_every_event_as_pydantic_validates_it(services: Service
         lambda state: {k: v for k, v in state.items() if k != "event_key"},  # required, absent
         lambda state: {**state, "status": "NOT_A_STATUS"},  # no such enum member
         lambda state: {**state, "timestamp": "yesterday"},  # no time
+        lambda state: {**state, "timestamp": None},  # null, not optional
+        lambda state: {**state, "status": None},
+        lambda state: {**state, "alias_keys": "abc"},  # not an array
+        lambda state: {**state, "redactions": {"kind": "x"}},
     ],
 )
 def test_a_row_the_decoder_does_not_fit_goes_to_pydantic(services: Services, change: Callable[[dict], dict]) -> None:
