@@ -6,8 +6,8 @@
   http://127.0.0.1:8765.
 * ``test``: the same virtualenv with the dev extras (and ccusage from npm when npm is
   available, for the live cross-check), then the whole test suite, in one pytest-xdist
-  worker per CPU (the tests of a module stay on one worker); further arguments go to
-  pytest (``-n 0``: one process).
+  worker per CPU, at most 4 (the tests of a module stay on one worker); further
+  arguments go to pytest (``-n 0``: one process).
 """
 
 from __future__ import annotations
@@ -68,9 +68,12 @@ def test(args: list[str]) -> None:
         except subprocess.CalledProcessError:
             print("ccusage could not be installed; the live cross-check will be skipped")
     if not any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args):
-        # one worker per CPU; a module's tests stay on one worker (module fixtures: one
-        # Chromium, one hook journal written once)
-        args = ["--numprocesses=auto", "--dist=loadfile", *args]
+        # one worker per CPU, at most 4 (each runs servers, projection children and
+        # PostgreSQL connections of its own; PostgreSQL allows 100 by default); a
+        # module's tests stay on one worker (module fixtures: one Chromium, one hook
+        # journal written once)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        args = [f"--numprocesses={min(cpus or 1, 4)}", "--dist=loadfile", *args]
     sh(BIN / "python", "-m", "pytest", *args)
 
 
