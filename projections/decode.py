@@ -104,9 +104,11 @@ class LogReader:
                 event = self.mapper.decode(topic, state, sid, version, raw=False)
                 event.__dict__["originator_id"] = sid  # the row's, shared by the stream
             fields = event.__dict__
-            # the same instants with the C ``timezone.utc``: pydantic gives every parsed
-            # time its own tzinfo object, which makes each utcoffset(), hash and compare
-            # of it (iso() formats them several times per event) several times dearer
+            # the same instants with the C ``timezone.utc`` (the decoder's times have it
+            # already; rows pydantic decoded, and times with an offset, do not): pydantic
+            # gives every parsed time its own tzinfo object, which makes each
+            # utcoffset(), hash and compare of it (iso() formats them several times per
+            # event) several times dearer
             ts = fields["timestamp"]
             if ts.tzinfo is not None and ts.tzinfo is not UTC:
                 fields["timestamp"] = ts.astimezone(UTC)

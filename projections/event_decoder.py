@@ -12,9 +12,9 @@ cheaper to use: its times are in ``datetime.UTC`` (pydantic gives each parsed ti
 tzinfo object of its own, which the reader converted, ~1.5 µs per event, because every
 later utcoffset, hash and compare of it cost more), and a time text seen again is the
 same object (all events of one write share their recorded time), which
-:func:`projections.base.iso` finds formatted already. Rebuilding ``event_index`` went
-from ~59k to ~66k events per CPU-second, ``sessions`` ~64k to ~69k (docs/benchmarks.md,
-stop 23). The event is equal to pydantic's: ``tests/test_storage_format.py`` decodes
+:func:`projections.base.iso` finds formatted already: rebuilds of the projections that
+read every event are 10-20 % faster (alternated, docs/benchmarks.md, stop 23). The
+event is equal to pydantic's: ``tests/test_storage_format.py`` decodes
 every event of every bundled agent's sessions both ways.
 
 A row the plan does not fit is not guessed at: :meth:`EventDecoder.decode` returns

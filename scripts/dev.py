@@ -67,7 +67,7 @@ def test(args: list[str]) -> None:
             sh("bash", ROOT / "tests" / "tools" / "install_ccusage.sh")
         except subprocess.CalledProcessError:
             print("ccusage could not be installed; the live cross-check will be skipped")
-    if not any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args):
+    if not any(a.startswith(("-n", "--numprocesses")) for a in args):
         # one worker per CPU, at most 4 (each runs servers, projection children and
         # PostgreSQL connections of its own; PostgreSQL allows 100 by default); a
         # module's tests stay on one worker (module fixtures: one Chromium, one hook
