@@ -13,6 +13,12 @@ with the data directory's :class:`ledger.imported_files.ImportedFiles`: a file
 unchanged since it was imported is not read again, and what a hook recorded first
 appends nothing twice (cross-source idempotency keys and aliases).
 
+A Claude Code transcript is read from where the last import of it ended
+(:class:`ledger.transcript_tail.TranscriptTail`): a long session's transcript grows by
+a few lines per turn, and reading it whole each time costs about a second at 28 MB. The
+read positions of the :data:`MAX_TAILS` transcripts read most recently are kept in
+memory; any other file, or one that changed other than by growing, is read whole.
+
 Only hooks from the spool journal are followed: the journal is written by hooks on
 this machine, so their paths name this machine's files. A remote hook's
 (``POST /v1/journal``, ``POST /v1/hooks/…``) path may name nothing here, or another
@@ -26,20 +32,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ledger.app import Ledger
+from ledger.app import Ledger, RecordResult
 from ledger.imported_files import FILE_NAME, ImportedFiles
 from ledger.importer import import_paths
 from ledger.observation import Observation
+from ledger.parsing import ParsedFile
+from ledger.transcript_tail import TranscriptTail
 
 MAX_WAIT_S = 30.0
 """A transcript whose hooks keep coming is imported at least this often (seconds)."""
 RECHECK_S = 10.0
 """After importing a transcript, look at it once more this many seconds later (a file
 unchanged since is not read)."""
+MAX_TAILS = 32
+"""Transcripts whose read position and parser state are kept (4.3 MB for a 28.7 MB
+transcript of 18,630 lines: ``benchmarks/follow.py``'s); the least recently read beyond
+these are read whole next time."""
+RECORD_FACTS = 2000
+"""Facts recorded per ``Ledger.record`` call (which holds the ledger's write lock): the
+first read of a long transcript lets hooks be recorded between its chunks."""
+MAX_WHOLE_ONLY = 4096
+"""Files remembered as not Claude Code transcripts (read whole without trying a tail)."""
 TICK_S = 0.25
 PATH_FIELDS = ("transcript_path", "agent_transcript_path")
 
@@ -67,6 +85,8 @@ class TranscriptFollower:
 
     Attributes:
         imports: imports run (each of one or more files).
+        tail_reads, whole_reads: files read from where the last read ended, and files
+            read whole (the first read of a transcript is a tail read from 0).
         error: the last import's exception, None once one succeeds (logged; the next
             hook naming the file tries again).
     """
@@ -77,6 +97,10 @@ class TranscriptFollower:
         self.store = store
         self.quiet_s = quiet_s
         self.imports = 0
+        self.tail_reads = 0
+        self.whole_reads = 0
+        self._tails: OrderedDict[Path, TranscriptTail] = OrderedDict()
+        self._whole_only: set[Path] = set()  # files found not to be Claude Code transcripts
         self.error: BaseException | None = None
         self._lock = threading.Lock()
         self._due: dict[str, tuple[float, float]] = {}  # path -> (first notice, last notice)
@@ -109,7 +133,7 @@ class TranscriptFollower:
             while not self._stop.wait(TICK_S):
                 ready = self._take_ready(time.monotonic())
                 if ready:
-                    self._import(ready, imported)
+                    self.import_files(ready, imported)
 
     def _take_ready(self, now: float) -> list[str]:
         """Paths due now: quiet for ``quiet_s``, waiting for :data:`MAX_WAIT_S`, or to be
@@ -128,21 +152,67 @@ class TranscriptFollower:
                 self._recheck[p] = now + RECHECK_S
         return sorted(set(ready) | set(again))
 
-    def _import(self, paths: list[str], imported: ImportedFiles) -> None:
+    def import_files(self, paths: list[str], imported: ImportedFiles) -> None:
+        """Import the files ``paths`` now (what the thread does when they are due):
+        Claude Code transcripts from where their last read ended, others whole. An
+        error is logged and kept in :attr:`error`, never raised."""
         files = [Path(p) for p in paths if Path(p).is_file()]
         if not files:
             return
+        result = RecordResult()
         try:
-            summary = import_paths(self.ledger, files, imported=imported)
+            tailed, whole = self._read_tails(files, imported)
+            facts = [fact for parsed in tailed for fact in parsed.facts]
+            for start in range(0, len(facts), RECORD_FACTS):  # other writers get turns
+                result.add(self.ledger.record(facts[start : start + RECORD_FACTS]))
+            imported.remember(tailed)
+            if whole:
+                result.add(import_paths(self.ledger, whole, imported=imported).result)
         except Exception as e:  # the store is unreachable, say: the next hook retries
+            for f in files:  # what was read may not be recorded: read it whole next time
+                self._tails.pop(f, None)
             if self.error is None:
                 log.exception("importing transcripts %s failed", paths)
             self.error = e
             return
         self.imports += 1
         self.error = None
-        if summary.result.appended:
+        if result.appended:
             log.info(
                 "followed %d transcript(s): %d events appended",
-                summary.files, summary.result.appended,
+                len(files), result.appended,
             )
+
+    def _read_tails(
+        self, files: list[Path], imported: ImportedFiles
+    ) -> tuple[list[ParsedFile], list[Path]]:
+        """What the tails of ``files`` hold that is new, and the files to read whole.
+
+        Raises:
+            OSError: a file cannot be read.
+        """
+        tailed: list[ParsedFile] = []
+        whole: list[Path] = []
+        unchanged = imported.unchanged(f for f in files if f not in self._tails)
+        for f in files:
+            tail = self._tails.pop(f, None)
+            if tail is None:
+                if f in unchanged:
+                    continue
+                if f in self._whole_only or f.suffix != ".jsonl":
+                    whole.append(f)
+                    continue
+                tail = TranscriptTail(f)
+            parsed = tail.read()
+            if parsed is None:
+                if tail.not_transcript and len(self._whole_only) < MAX_WHOLE_ONLY:
+                    self._whole_only.add(f)
+                whole.append(f)
+                continue
+            tailed.append(parsed)
+            self._tails[f] = tail
+            if len(self._tails) > MAX_TAILS:
+                self._tails.popitem(last=False)
+        self.tail_reads += len(tailed)
+        self.whole_reads += len(whole)
+        return tailed, whole

@@ -174,14 +174,9 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
     elif fmt in stream_formats.FORMATS:
         yield from stream_formats.parse(fmt, path, data)
     elif fmt == "claude-code.transcript":
-        meta = companion(path)
-        agent_type, redactions = _meta_agent_type(meta) if meta is not None else (None, [])
-        # <session id>/subagents/agent-<id>.jsonl: the run's parent, for records that
-        # do not name it
-        in_folder = path.name.startswith("agent-") and path.parent.name == "subagents"
-        parent = (path.parent.parent.name or None) if in_folder else None
-        facts = claude_transcript.parse_records(data.split(b"\n"), source, agent_type, parent)
-        yield from _record_meta_redactions(facts, agent_type, redactions) if redactions else facts
+        parser, meta_note = transcript_parser(path)
+        yield from meta_note.apply(parser.feed_lines(data.split(b"\n")))
+        yield from parser.finish()
     elif fmt == "claude-code.transcript-array":
         try:
             records = jsontext.loads(data)
@@ -244,17 +239,39 @@ def _meta_agent_type(meta: Path) -> tuple[str | None, list[dict[str, Any]]]:
     return redact_text(value, f"{meta.name}:$.agentType")
 
 
-def _record_meta_redactions(
-    facts: Iterator[Observation | Rejected], agent_type: str | None, redactions: list[dict[str, Any]]
-) -> Iterator[Observation | Rejected]:
-    """``facts``, the first of the subagent's own (the stream it opens holds the
-    ``agentType``) recording the redactions made in its ``.meta.json``."""
-    pending = True
-    for fact in facts:
-        if pending and isinstance(fact, Observation) and fact.session.agent_type == agent_type:
-            fact.redactions = (*fact.redactions, *redactions)
-            pending = False
-        yield fact
+def transcript_parser(path: Path) -> tuple[claude_transcript.TranscriptParser, MetaNote]:
+    """A parser for the Claude Code transcript ``path``, and the note of the redactions
+    privacy made in its ``.meta.json`` (a subagent's: :func:`companion`), to put on the
+    first of the subagent's own facts. A subagent's file
+    ``<session id>/subagents/agent-<id>.jsonl`` also names the run's parent, for records
+    that do not name it."""
+    meta = companion(path)
+    agent_type, redactions = _meta_agent_type(meta) if meta is not None else (None, [])
+    in_folder = path.name.startswith("agent-") and path.parent.name == "subagents"
+    parent = (path.parent.parent.name or None) if in_folder else None
+    parser = claude_transcript.TranscriptParser(str(path), agent_type, parent)
+    return parser, MetaNote(agent_type, redactions)
+
+
+class MetaNote:
+    """The redactions made in a subagent's ``.meta.json``, recorded on the first of the
+    subagent's own facts (the stream it opens holds the ``agentType``): once, however
+    many calls of :meth:`apply` the facts come in."""
+
+    def __init__(self, agent_type: str | None, redactions: list[dict[str, Any]]) -> None:
+        self.agent_type = agent_type
+        self.pending = list(redactions)
+
+    def apply(self, facts: Iterable[Observation | Rejected]) -> Iterator[Observation | Rejected]:
+        for fact in facts:
+            if (
+                self.pending
+                and isinstance(fact, Observation)
+                and fact.session.agent_type == self.agent_type
+            ):
+                fact.redactions = (*fact.redactions, *self.pending)
+                self.pending = []
+            yield fact
 
 
 class ParsedFile(NamedTuple):

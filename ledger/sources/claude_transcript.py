@@ -73,10 +73,7 @@ def parse_records(
     ``agent-<agentId>``.
     """
     parser = TranscriptParser(source, agent_type, parent_session_id)
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        yield from parser.feed_line(line, str(lineno))
+    yield from parser.feed_lines(lines)
     yield from parser.finish()
 
 
@@ -116,6 +113,16 @@ class TranscriptParser:
         self.seen_uuids: set[str] = set()
 
     # -- input ---------------------------------------------------------------------
+
+    def feed_lines(
+        self, lines: Iterable[bytes], first: int = 1
+    ) -> Iterator[Observation | Rejected]:
+        """Feed ``lines``, numbered from ``first`` (a line's location is ``line N``);
+        blank lines are skipped, and counted. Call :meth:`finish` after the last."""
+        for lineno, line in enumerate(lines, start=first):
+            if not line.strip():
+                continue
+            yield from self.feed_line(line, str(lineno))
 
     def feed_line(self, line: bytes, location: str) -> Iterator[Observation | Rejected]:
         try:

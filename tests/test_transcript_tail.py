@@ -1,0 +1,220 @@
+"""Reading a growing Claude Code transcript from where the last read ended
+(``ledger.transcript_tail``), and ``serve``'s follower doing so: the facts are those a
+whole read gives, the lines read before are not read again, and a file that changed
+other than by growing is read whole."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from api.bootstrap import build
+from api import transcript_follower
+from api.transcript_follower import TranscriptFollower
+from ledger.config import Settings
+from ledger.imported_files import FILE_NAME, ImportedFiles
+from ledger.importer import import_paths
+from ledger.observation import Observation, Rejected
+from ledger.parsing import detect, detection_head, parse_one, read_file
+from ledger.transcript_tail import GUARD_BYTES, TranscriptTail
+
+from conftest import FIXTURES
+
+TRANSCRIPTS = sorted(
+    p for p in FIXTURES.rglob("*.jsonl")
+    if detect(p, detection_head(p, read_file(p))) == "claude-code.transcript"
+)
+SPOTTER = FIXTURES / "spotter-claude-transcripts"
+SUBAGENT = (
+    FIXTURES / "agent-sessions-schema-drift" / "claude_subagent"
+    / "0a1b2c3d-4e5f-4061-8071-2a3b4c5d6e7f" / "subagents" / "agent-a0ad4f44468bdf20d.jsonl"
+)
+
+
+def _fact(f: Observation | Rejected) -> tuple[object, ...]:
+    if isinstance(f, Observation):
+        return ("obs", f.kind, f.key, f.session.id, f.session.agent_type, f.record_key,
+                f.after_prompt, repr(f.data), f.redactions, f.occurred_at)
+    return ("rejected", f.location, f.reason, f.data, f.key)
+
+
+def _copy(src: Path, tmp: Path) -> Path:
+    """``src`` (and a subagent's ``.meta.json``) under ``tmp``, keeping the folders an
+    import reads meaning from (``<session>/subagents/agent-<id>.jsonl``)."""
+    dst = tmp / src.relative_to(FIXTURES)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    meta = src.with_name(src.name.removesuffix(".jsonl") + ".meta.json")
+    if meta.exists():
+        shutil.copy(meta, dst.with_name(meta.name))
+    dst.write_bytes(b"")
+    return dst
+
+
+def _grow(path: Path, data: bytes, end: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(0, 2)
+        f.write(data[f.tell() : end])
+
+
+def test_there_are_transcripts_to_read() -> None:
+    assert len(TRANSCRIPTS) >= 15
+    assert SUBAGENT in TRANSCRIPTS
+
+
+@pytest.mark.parametrize("src", TRANSCRIPTS, ids=lambda p: p.name)
+def test_read_in_pieces_gives_the_facts_of_a_whole_read(src: Path, tmp_path: Path) -> None:
+    data = src.read_bytes()
+    path = _copy(src, tmp_path)
+    path.write_bytes(data)
+    whole = [_fact(f) for f in parse_one(path).facts]
+    rnd = random.Random(src.name)
+    # from the first line that names a session: before it, a file is not yet known
+    # for a transcript, or its records wait for a session (either way read whole)
+    first_line = data.find(b"\n", data.find(b'"sessionId"')) + 1 or len(data)
+    cuts = sorted({first_line, max(first_line, len(data) // 2),
+                   *(rnd.randrange(first_line, len(data) + 1) for _ in range(5))})
+    for cut in cuts:
+        for pieces in ([cut, len(data)], [cut, (cut + len(data)) // 2, len(data)]):
+            path.write_bytes(b"")
+            tail = TranscriptTail(path)
+            got: list[tuple[object, ...]] = []
+            for end in pieces:
+                _grow(path, data, end)
+                read_before, offset_before = tail.bytes_read, tail.offset
+                parsed = tail.read()
+                assert parsed is not None, (cut, end)
+                got += [_fact(f) for f in parsed.facts]
+                if offset_before:  # only the guard and what was added are read
+                    assert tail.bytes_read - read_before <= GUARD_BYTES + end - offset_before
+            # the last line may still be "being written" (recent, not valid JSON)
+            assert tail.offset == len(data) - parsed.unfinished
+            assert got == whole, (cut, pieces)
+
+
+def test_a_subagents_meta_redactions_are_noted_once_across_reads(tmp_path: Path) -> None:
+    data = SUBAGENT.read_bytes()
+    path = _copy(SUBAGENT, tmp_path)
+    meta = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
+    meta.write_text('{"agentType": "Explore <private>codename</private>"}')
+    path.write_bytes(data)
+    whole = parse_one(path).facts
+    assert sum(1 for f in whole if isinstance(f, Observation) and f.redactions) == 1
+    path.write_bytes(b"")
+    tail = TranscriptTail(path)
+    got = []
+    for end in (data.find(b"\n") + 1, len(data) // 2, len(data)):
+        _grow(path, data, end)
+        parsed = tail.read()
+        assert parsed is not None
+        got += parsed.facts
+    assert [_fact(f) for f in got] == [_fact(f) for f in whole]
+
+
+def test_a_file_changed_other_than_by_growing_is_not_continued(tmp_path: Path) -> None:
+    src = SPOTTER / "tool_heavy.jsonl"
+    data = src.read_bytes()
+    half = data.rfind(b"\n", 0, len(data) // 2) + 1
+
+    def started() -> tuple[Path, TranscriptTail]:
+        path = tmp_path / "p" / src.name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data[:half])
+        tail = TranscriptTail(path)
+        assert tail.read() is not None
+        return path, tail
+
+    path, tail = started()  # replaced by another file (a new inode)
+    (tmp_path / "new").write_bytes(data)
+    os.replace(tmp_path / "new", path)
+    assert tail.read() is None
+
+    path, tail = started()  # cut shorter
+    path.write_bytes(data[: half - 10])
+    assert tail.read() is None
+
+    path, tail = started()  # rewritten in place before the offset, then grown
+    with open(path, "r+b") as f:
+        f.seek(half - 50)
+        f.write(b"x")
+        f.seek(0, 2)
+        f.write(data[half:])
+    assert tail.read() is None
+
+    path, tail = started()  # grown: goes on
+    _grow(path, data, len(data))
+    assert tail.read() is not None
+
+    path, tail = started()  # a last line read without its newline, then continued
+    path.write_bytes(data[: half - 1])  # same inode: truncate and rewrite
+    tail = TranscriptTail(path)
+    assert tail.read() is not None
+    with open(path, "ab") as f:
+        f.write(b' ')
+    assert tail.read() is None
+
+
+def test_a_subagent_whose_meta_file_changed_is_not_continued(tmp_path: Path) -> None:
+    data = SUBAGENT.read_bytes()
+    path = _copy(SUBAGENT, tmp_path)
+    path.write_bytes(data[: data.find(b"\n") + 1])
+    tail = TranscriptTail(path)
+    assert tail.read() is not None
+    path.with_name(path.name.removesuffix(".jsonl") + ".meta.json").write_text('{"agentType": "Plan"}')
+    _grow(path, data, len(data))
+    assert tail.read() is None
+
+
+def test_another_format_is_not_taken_for_a_transcript(tmp_path: Path) -> None:
+    rollout = next((FIXTURES / "agentcmd-codex-rollouts").glob("*.jsonl"))
+    path = tmp_path / rollout.name
+    shutil.copy(rollout, path)
+    tail = TranscriptTail(path)
+    assert tail.read() is None
+    assert tail.not_transcript
+
+
+def _events(settings: Settings) -> list[tuple[str, int, str, str]]:
+    services = build(settings)
+    try:
+        found = services.ledger.read_log(0, 10**9, raw=False)
+    finally:
+        services.close()
+    return sorted(
+        (str(e.originator_id), e.originator_version, type(e).__name__, e.event_key)
+        for _, e in found
+    )
+
+
+def test_the_follower_records_a_growing_transcript_as_an_import_of_the_whole_does(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transcript_follower, "RECORD_FACTS", 100)  # reads span chunks
+    src = SPOTTER / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    data = src.read_bytes()
+    path = _copy(src, tmp_path / "followed")
+    services = build(settings, cache_size=1024)  # as serve builds it
+    follower = TranscriptFollower(services.ledger, settings.data_dir, settings.store_identity(), 1.0)
+    cuts = [data.find(b"\n", n * len(data) // 5) + 1 for n in range(1, 5)]
+    try:
+        with ImportedFiles(settings.data_dir / FILE_NAME, services.ledger, settings.store_identity()) as imported:
+            for end in [*cuts, cuts[-1], len(data)]:  # once unchanged
+                _grow(path, data, end)
+                follower.import_files([str(path)], imported)
+                assert follower.error is None
+    finally:
+        services.close()
+    assert (follower.tail_reads, follower.whole_reads) == (6, 0)
+
+    reference = Settings(tmp_path / "reference")
+    whole = _copy(src, tmp_path / "whole")
+    whole.write_bytes(data)
+    services = build(reference)
+    try:
+        import_paths(services.ledger, [whole])
+    finally:
+        services.close()
+    assert _events(settings) == _events(reference)
