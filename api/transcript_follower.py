@@ -13,9 +13,10 @@ with the data directory's :class:`ledger.imported_files.ImportedFiles`: a file
 unchanged since it was imported is not read again, and what a hook recorded first
 appends nothing twice (cross-source idempotency keys and aliases).
 
-A Claude Code transcript is read from where the last import of it ended
-(:class:`ledger.transcript_tail.TranscriptTail`): a long session's transcript grows by
-a few lines per turn, and reading it whole each time costs about a second at 28 MB. The
+A Claude Code transcript or Codex rollout is read from where the last import of it
+ended (:class:`ledger.transcript_tail.TranscriptTail`): a long session's transcript
+grows by a few lines per turn, and reading it whole each time costs about half a second
+at 28 MB. The
 read positions of the :data:`MAX_TAILS` transcripts read most recently are kept in
 memory; any other file, or one that changed other than by growing, is read whole.
 
@@ -30,6 +31,7 @@ detection, nothing of it stored.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -57,7 +59,7 @@ RECORD_FACTS = 2000
 """Facts recorded per ``Ledger.record`` call (which holds the ledger's write lock): the
 first read of a long transcript lets hooks be recorded between its chunks."""
 MAX_WHOLE_ONLY = 4096
-"""Files remembered as not Claude Code transcripts (read whole without trying a tail)."""
+"""Files remembered to be of a format not tailed (read whole without trying a tail)."""
 TICK_S = 0.25
 PATH_FIELDS = ("transcript_path", "agent_transcript_path")
 
@@ -100,7 +102,7 @@ class TranscriptFollower:
         self.tail_reads = 0
         self.whole_reads = 0
         self._tails: OrderedDict[Path, TranscriptTail] = OrderedDict()
-        self._whole_only: set[Path] = set()  # files found not to be Claude Code transcripts
+        self._whole_only: set[Path] = set()  # files of a format not tailed
         self.error: BaseException | None = None
         self._lock = threading.Lock()
         self._due: dict[str, tuple[float, float]] = {}  # path -> (first notice, last notice)
@@ -154,9 +156,12 @@ class TranscriptFollower:
 
     def import_files(self, paths: list[str], imported: ImportedFiles) -> None:
         """Import the files ``paths`` now (what the thread does when they are due):
-        Claude Code transcripts from where their last read ended, others whole. An
-        error is logged and kept in :attr:`error`, never raised."""
-        files = [Path(p) for p in paths if Path(p).is_file()]
+        transcripts and rollouts from where their last read ended, others whole. An
+        error is logged and kept in :attr:`error`, never raised. Call it from one
+        thread at a time (the follower's, once :meth:`start` ran)."""
+        # normalised as an import's discover() does: the path names the file's
+        # quarantine stream and its imported-files entry
+        files = list(dict.fromkeys(Path(os.path.abspath(p)) for p in paths if os.path.isfile(p)))
         if not files:
             return
         result = RecordResult()
@@ -166,6 +171,7 @@ class TranscriptFollower:
             for start in range(0, len(facts), RECORD_FACTS):  # other writers get turns
                 result.add(self.ledger.record(facts[start : start + RECORD_FACTS]))
             imported.remember(tailed)
+            whole = [f for f in whole if f.is_file()]  # discover() refuses a missing one
             if whole:
                 result.add(import_paths(self.ledger, whole, imported=imported).result)
         except Exception as e:  # the store is unreachable, say: the next hook retries
@@ -180,17 +186,14 @@ class TranscriptFollower:
         if result.appended:
             log.info(
                 "followed %d transcript(s): %d events appended",
-                len(files), result.appended,
+                len(tailed) + len(whole), result.appended,
             )
 
     def _read_tails(
         self, files: list[Path], imported: ImportedFiles
     ) -> tuple[list[ParsedFile], list[Path]]:
-        """What the tails of ``files`` hold that is new, and the files to read whole.
-
-        Raises:
-            OSError: a file cannot be read.
-        """
+        """What the tails of ``files`` hold that is new, and the files to read whole
+        (among them those a tail cannot read: the whole import reports why)."""
         tailed: list[ParsedFile] = []
         whole: list[Path] = []
         unchanged = imported.unchanged(f for f in files if f not in self._tails)
@@ -203,7 +206,10 @@ class TranscriptFollower:
                     whole.append(f)
                     continue
                 tail = TranscriptTail(f)
-            parsed = tail.read()
+            try:
+                parsed = tail.read()
+            except OSError:  # unreadable now: the whole import skips it, saying why
+                parsed = None
             if parsed is None:
                 if tail.not_transcript and len(self._whole_only) < MAX_WHOLE_ONLY:
                     self._whole_only.add(f)

@@ -1,33 +1,37 @@
-"""Reading a growing Claude Code transcript from where the last read ended.
+"""Reading a growing transcript from where the last read ended.
 
 Claude Code appends its transcript (``~/.claude/projects/<project>/<session>.jsonl``,
-FORMATS.md A2) line by line while a session runs, and ``serve`` imports it again each
-time the session's hooks go quiet (:mod:`api.transcript_follower`). Read whole, a
-28 MB transcript costs about a second per import: every line parsed again, every fact
-found to be a duplicate by replaying its session. A :class:`TranscriptTail` keeps the
-parser (its state: sessions, sidechain roots, seen uuids, prompt and call counters)
-and the byte offset it reached, and parses only the lines added since. The facts are
-those a whole read of the grown file gives, less those of the lines read before: the
-same parser sees the same lines in the same order, numbered alike.
+FORMATS.md A2), and Codex its rollout (``~/.codex/sessions/…/rollout-*.jsonl``, A6),
+line by line while a session runs, and ``serve`` imports the file again each time the
+session's hooks go quiet (:mod:`api.transcript_follower`). Read whole, a 28 MB
+transcript costs about half a second per import: every line parsed again, every fact
+found to be a duplicate. A :class:`TranscriptTail` keeps the parser (its state:
+sessions, sidechain roots, seen uuids, prompt and call counters, token totals) and the
+byte offset it reached, and parses only the lines added since. The facts are those a
+whole read of the grown file gives, less those of the lines read before: the same
+parser sees the same lines in the same order, numbered alike.
 
 A tail goes on only while the file is the one it read: the same device and inode, no
 shorter than the offset, the same bytes in the :data:`GUARD_BYTES` before it, and the
 same subagent ``.meta.json`` (:func:`ledger.parsing.companion`). Otherwise, or when the
-file is not a Claude Code transcript, or the parser still holds records that name no
-session (:meth:`TranscriptParser.finish` would reject them), :meth:`TranscriptTail.read`
-returns None and the caller reads the file whole, as ``hookledger import`` does.
+file is of no format in :data:`TAILED_FORMATS`, or the parser still holds records that
+name no session (its ``finish()`` would reject them, or give them a session from the
+file name), :meth:`TranscriptTail.read` returns None and the caller reads the file
+whole, as ``hookledger import`` does.
 """
 
 from __future__ import annotations
 
 import codecs
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ledger.gcpause import gc_paused
 from ledger.observation import Observation, Rejected
 from ledger.parsing import (
-    MetaNote,
+    HEAD_BYTES,
+    HEAD_LINES,
     ParsedFile,
     companion,
     detect,
@@ -37,20 +41,25 @@ from ledger.parsing import (
     unfinished_tail,
 )
 from ledger.sources.claude_transcript import TranscriptParser
+from ledger.sources.codex_rollout import RolloutParser
 
+TAILED_FORMATS = frozenset({"claude-code.transcript", "codex.rollout"})
+"""Formats read from where the last read ended: JSONL files an agent appends to, whose
+parsers keep their state between lines (:mod:`ledger.parsing`'s format names)."""
 GUARD_BYTES = 4096
 """Bytes before the offset that must read the same for a tail to go on."""
 
 
 class TranscriptTail:
-    """The read position in one Claude Code transcript ``path`` (see the module
-    docstring). Not thread-safe: one reader at a time.
+    """The read position in one transcript ``path`` (see the module docstring). Not
+    thread-safe: one reader at a time.
 
     Attributes:
         offset: bytes of the file read so far (a byte order mark included).
         bytes_read: bytes read from the file by all reads, the guards included.
-        not_transcript: the first read found whole lines, and no Claude Code transcript
-            in them: another format (read it whole).
+        not_transcript: the first read found a file of another format than
+            :data:`TAILED_FORMATS` (read it whole): detected, or not detected in all
+            that detection looks at.
     """
 
     def __init__(self, path: Path) -> None:
@@ -58,8 +67,8 @@ class TranscriptTail:
         self.offset = 0
         self.bytes_read = 0
         self.not_transcript = False
-        self._parser: TranscriptParser | None = None
-        self._meta_note: MetaNote | None = None
+        self._parser: TranscriptParser | RolloutParser | None = None
+        self._feed: Feed = _no_feed
         self._identity: tuple[int, int] | None = None
         self._meta: str | None = None
         self._guard = b""
@@ -82,13 +91,13 @@ class TranscriptTail:
         before = fingerprint(self.path)
         if before is None:
             return None
-        st = os.stat(self.path)
-        identity = (st.st_dev, st.st_ino)
         meta = _stat_or_dash(companion(self.path))
         first = self._parser is None
-        if not first and (identity != self._identity or meta != self._meta):
-            return None
         with open(self.path, "rb") as f:
+            st = os.fstat(f.fileno())  # the file read, even if renamed over meanwhile
+            identity = (st.st_dev, st.st_ino)
+            if not first and (identity != self._identity or meta != self._meta):
+                return None
             start = max(0, self.offset - len(self._guard))
             f.seek(start)
             data = f.read()
@@ -100,10 +109,15 @@ class TranscriptTail:
         if first:
             skipped = len(codecs.BOM_UTF8) if new.startswith(codecs.BOM_UTF8) else 0
             new = new[skipped:]
-            if detect(self.path, detection_head(self.path, new)) != "claude-code.transcript":
-                self.not_transcript = b"\n" in new  # a whole line, and still no transcript
+            fmt = detect(self.path, detection_head(self.path, new))
+            if fmt not in TAILED_FORMATS:
+                # only when detection saw all it looks at: a transcript's first lines
+                # may name no session yet (a file-history-snapshot)
+                self.not_transcript = fmt is not None or (
+                    new.count(b"\n") >= HEAD_LINES or len(new) > HEAD_BYTES
+                )
                 return None
-            self._parser, self._meta_note = transcript_parser(self.path)
+            self._parser, self._feed = _parser_for(self.path, fmt)
             self._identity, self._meta = identity, meta
         elif self._open_line and new:
             if not new.startswith(b"\n"):
@@ -116,15 +130,32 @@ class TranscriptTail:
         facts: list[Observation | Rejected] = []
         if taken:
             with gc_paused():
-                lines = self._parser.feed_lines(taken.split(b"\n"), self._newlines + 1)
-                facts.extend(self._meta_note.apply(lines))
+                facts.extend(self._feed(taken.split(b"\n"), self._newlines + 1))
             if self._parser.orphans:
-                return None  # records with no session yet: a whole read rejects them
+                return None  # records with no session yet: see the module docstring
             self._newlines += taken.count(b"\n")
             self._open_line = not taken.endswith(b"\n")
         self.offset += skipped + len(taken)
         self._guard = data[: self.offset - start][-GUARD_BYTES:]
         return ParsedFile(self.path, facts, None, False, os.getpid(), unfinished, before)
+
+
+Feed = Callable[[list[bytes], int], Iterable[Observation | Rejected]]
+"""Feeds lines, numbered from the int, to a tail's parser; gives their facts."""
+
+
+def _no_feed(lines: list[bytes], first: int) -> Iterable[Observation | Rejected]:
+    raise RuntimeError("no parser: the tail has not read its file yet")
+
+
+def _parser_for(path: Path, fmt: str) -> tuple[TranscriptParser | RolloutParser, Feed]:
+    """The parser of a file of format ``fmt`` (one of :data:`TAILED_FORMATS`), as a whole
+    read makes it (:func:`ledger.parsing.parse_data`), and how to feed it."""
+    if fmt == "codex.rollout":
+        rollout = RolloutParser.for_file(str(path))
+        return rollout, rollout.feed_lines
+    transcript, meta_note = transcript_parser(path)
+    return transcript, lambda lines, first: meta_note.apply(transcript.feed_lines(lines, first))
 
 
 def _stat_or_dash(path: Path | None) -> str | None:

@@ -1,4 +1,4 @@
-"""Reading a growing Claude Code transcript from where the last read ended
+"""Reading a growing Claude Code transcript or Codex rollout from where the last read ended
 (``ledger.transcript_tail``), and ``serve``'s follower doing so: the facts are those a
 whole read gives, the lines read before are not read again, and a file that changed
 other than by growing is read whole."""
@@ -8,25 +8,26 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
-from api.bootstrap import build
 from api import transcript_follower
+from api.bootstrap import build
 from api.transcript_follower import TranscriptFollower
 from ledger.config import Settings
 from ledger.imported_files import FILE_NAME, ImportedFiles
 from ledger.importer import import_paths
 from ledger.observation import Observation, Rejected
 from ledger.parsing import detect, detection_head, parse_one, read_file
-from ledger.transcript_tail import GUARD_BYTES, TranscriptTail
+from ledger.transcript_tail import GUARD_BYTES, TAILED_FORMATS, TranscriptTail
 
 from conftest import FIXTURES
 
 TRANSCRIPTS = sorted(
     p for p in FIXTURES.rglob("*.jsonl")
-    if detect(p, detection_head(p, read_file(p))) == "claude-code.transcript"
+    if detect(p, detection_head(p, read_file(p))) in TAILED_FORMATS
 )
 SPOTTER = FIXTURES / "spotter-claude-transcripts"
 SUBAGENT = (
@@ -63,6 +64,7 @@ def _grow(path: Path, data: bytes, end: int) -> None:
 def test_there_are_transcripts_to_read() -> None:
     assert len(TRANSCRIPTS) >= 15
     assert SUBAGENT in TRANSCRIPTS
+    assert any(p.name.startswith("rollout-") for p in TRANSCRIPTS)
 
 
 @pytest.mark.parametrize("src", TRANSCRIPTS, ids=lambda p: p.name)
@@ -74,7 +76,11 @@ def test_read_in_pieces_gives_the_facts_of_a_whole_read(src: Path, tmp_path: Pat
     rnd = random.Random(src.name)
     # from the first line that names a session: before it, a file is not yet known
     # for a transcript, or its records wait for a session (either way read whole)
-    first_line = data.find(b"\n", data.find(b'"sessionId"')) + 1 or len(data)
+    named = [i for i in (data.find(b'"sessionId"'), data.find(b'"session_meta"')) if i >= 0]
+    if not named:  # a rollout fragment: its records wait for a session to the end
+        assert TranscriptTail(path).read() is None
+        return
+    first_line = data.find(b"\n", min(named)) + 1 or len(data)
     cuts = sorted({first_line, max(first_line, len(data) // 2),
                    *(rnd.randrange(first_line, len(data) + 1) for _ in range(5))})
     for cut in cuts:
@@ -169,9 +175,9 @@ def test_a_subagent_whose_meta_file_changed_is_not_continued(tmp_path: Path) -> 
 
 
 def test_another_format_is_not_taken_for_a_transcript(tmp_path: Path) -> None:
-    rollout = next((FIXTURES / "agentcmd-codex-rollouts").glob("*.jsonl"))
-    path = tmp_path / rollout.name
-    shutil.copy(rollout, path)
+    other = next((FIXTURES / "agentcmd-codex-exec-json").glob("*.jsonl"))
+    path = tmp_path / other.name
+    shutil.copy(other, path)
     tail = TranscriptTail(path)
     assert tail.read() is None
     assert tail.not_transcript
@@ -189,6 +195,28 @@ def _events(settings: Settings) -> list[tuple[str, int, str, str]]:
     )
 
 
+def _follow(settings: Settings, steps: Iterable[list[str]]) -> TranscriptFollower:
+    """A follower on a store built as ``serve`` builds it, importing each step's paths
+    in turn."""
+    services = build(settings, cache_size=1024)
+    follower = TranscriptFollower(services.ledger, settings.data_dir, settings.store_identity(), 1.0)
+    try:
+        with ImportedFiles(settings.data_dir / FILE_NAME, services.ledger, settings.store_identity()) as imported:
+            for paths in steps:
+                follower.import_files(paths, imported)
+                assert follower.error is None
+    finally:
+        services.close()
+    return follower
+
+
+
+def _growing(path: Path, data: bytes, ends: list[int]) -> Iterator[list[str]]:
+    """Steps for :func:`_follow`: ``path`` grown to each of ``ends`` bytes of ``data``."""
+    for end in ends:
+        _grow(path, data, end)
+        yield [str(path)]
+
 def test_the_follower_records_a_growing_transcript_as_an_import_of_the_whole_does(
     settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,17 +224,8 @@ def test_the_follower_records_a_growing_transcript_as_an_import_of_the_whole_doe
     src = SPOTTER / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
     data = src.read_bytes()
     path = _copy(src, tmp_path / "followed")
-    services = build(settings, cache_size=1024)  # as serve builds it
-    follower = TranscriptFollower(services.ledger, settings.data_dir, settings.store_identity(), 1.0)
     cuts = [data.find(b"\n", n * len(data) // 5) + 1 for n in range(1, 5)]
-    try:
-        with ImportedFiles(settings.data_dir / FILE_NAME, services.ledger, settings.store_identity()) as imported:
-            for end in [*cuts, cuts[-1], len(data)]:  # once unchanged
-                _grow(path, data, end)
-                follower.import_files([str(path)], imported)
-                assert follower.error is None
-    finally:
-        services.close()
+    follower = _follow(settings, _growing(path, data, [*cuts, cuts[-1], len(data)]))  # once unchanged
     assert (follower.tail_reads, follower.whole_reads) == (6, 0)
 
     reference = Settings(tmp_path / "reference")
@@ -218,3 +237,47 @@ def test_the_follower_records_a_growing_transcript_as_an_import_of_the_whole_doe
     finally:
         services.close()
     assert _events(settings) == _events(reference)
+
+
+def test_a_transcript_first_seen_before_it_names_a_session_is_followed_by_its_tail(
+    settings: Settings, tmp_path: Path
+) -> None:
+    src = SPOTTER / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    data = src.read_bytes()
+    assert b'"sessionId"' not in data[: data.find(b"\n")]  # a file-history-snapshot
+    path = _copy(src, tmp_path)
+    ends = [data.find(b"\n") + 1, *(data.find(b"\n", n * len(data) // 4) + 1 for n in (1, 2, 3)), len(data)]
+    follower = _follow(settings, _growing(path, data, ends))
+    # the first read could not tell the format (read whole); every later one is a tail's
+    assert (follower.whole_reads, follower.tail_reads) == (1, len(ends) - 1)
+
+
+def test_an_unreadable_file_does_not_hold_back_the_others(settings: Settings, tmp_path: Path) -> None:
+    good = _copy(SPOTTER / "short.jsonl", tmp_path)
+    good.write_bytes((SPOTTER / "short.jsonl").read_bytes())
+    bad = tmp_path / "unreadable.jsonl"
+    bad.symlink_to("/proc/self/mem")  # a regular file whose first bytes raise EIO
+    with pytest.raises(OSError):
+        bad.read_bytes()
+    follower = _follow(settings, [[str(bad), str(good)]])
+    assert follower.imports == 1
+    assert _events(settings)
+
+
+def test_a_path_is_followed_under_its_normal_name(settings: Settings, tmp_path: Path) -> None:
+    src = FIXTURES / "claude-code-log-fixtures" / "edge_cases.SYNTHETIC_malformed.jsonl"
+    path = _copy(src, tmp_path / "p")
+    path.write_bytes(src.read_bytes())
+    roundabout = str(path.parent / ".." / path.parent.name / path.name)
+    _follow(settings, [[roundabout]])
+    before = _events(settings)
+    assert any(e[2] == "InputRejected" for e in before)
+
+    services = build(settings)
+    try:
+        with ImportedFiles(settings.data_dir / FILE_NAME, services.ledger, settings.store_identity()) as imported:
+            summary = import_paths(services.ledger, [path], imported=imported, reread=True)
+    finally:
+        services.close()
+    assert summary.result.appended == 0
+    assert _events(settings) == before

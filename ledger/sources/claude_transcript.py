@@ -39,6 +39,7 @@ from ledger.sources.claude_common import (
     text_hash,
     tool_error_text,
 )
+from ledger.sources.jsonl import numbered_lines
 
 SOURCE_FORMAT = "claude-code.transcript"
 PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
@@ -119,9 +120,7 @@ class TranscriptParser:
     ) -> Iterator[Observation | Rejected]:
         """Feed ``lines``, numbered from ``first`` (a line's location is ``line N``);
         blank lines are skipped, and counted. Call :meth:`finish` after the last."""
-        for lineno, line in enumerate(lines, start=first):
-            if not line.strip():
-                continue
+        for lineno, line in numbered_lines(lines, first):
             yield from self.feed_line(line, str(lineno))
 
     def feed_line(self, line: bytes, location: str) -> Iterator[Observation | Rejected]:

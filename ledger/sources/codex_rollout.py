@@ -49,7 +49,14 @@ from ledger import jsontext
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
-from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
+from ledger.sources.jsonl import (
+    Decoded,
+    LineKeys,
+    decode,
+    int_or_none,
+    numbered_lines,
+    str_or_none,
+)
 
 SOURCE_FORMAT = "codex.rollout"
 ROLLOUT_TYPES = frozenset(
@@ -84,11 +91,8 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
 
 def parse_records(lines: Iterable[bytes], source: str) -> Iterator[Observation | Rejected]:
     """Parse rollout lines from ``source`` (a path; its name may carry the thread id)."""
-    m = _THREAD_IN_NAME.search(source)
-    parser = RolloutParser(source, m.group(1) if m else None)
-    for lineno, line in enumerate(lines, start=1):
-        if line.strip():
-            yield from parser.feed_line(line, f"line {lineno}")
+    parser = RolloutParser.for_file(source)
+    yield from parser.feed_lines(lines)
     yield from parser.finish()
 
 
@@ -111,6 +115,20 @@ class RolloutParser:
         """A fork's creation time (its ``session_meta``); None for a rollout that is no fork."""
         self.copy_state = "before"  # of a fork: "before" its history, "copying", "own"
         self.turn_ids_seen = False  # the copied history carries turn ids
+
+    @classmethod
+    def for_file(cls, source: str) -> RolloutParser:
+        """A parser for the rollout file ``source`` (its name may carry the thread id)."""
+        m = _THREAD_IN_NAME.search(source)
+        return cls(source, m.group(1) if m else None)
+
+    def feed_lines(
+        self, lines: Iterable[bytes], first: int = 1
+    ) -> Iterator[Observation | Rejected]:
+        """Feed ``lines``, numbered from ``first`` (a line's location is ``line N``);
+        blank lines are skipped, and counted. Call :meth:`finish` after the last."""
+        for lineno, line in numbered_lines(lines, first):
+            yield from self.feed_line(line, f"line {lineno}")
 
     def feed_line(self, line: bytes, location: str) -> list[Observation | Rejected]:
         decoded = decode(line, self.source, location, AGENT, SOURCE_FORMAT)

@@ -84,6 +84,14 @@ class PrefixChain:
         return self._h.copy().hexdigest()[:16]
 
 
+def numbered_lines(lines: Iterable[bytes], first: int = 1) -> Iterator[tuple[int, bytes]]:
+    """``(number, line)`` of the lines that are not blank, numbered from ``first``
+    (blank lines count)."""
+    for number, line in enumerate(lines, start=first):
+        if line.strip():
+            yield number, line
+
+
 def str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
