@@ -222,6 +222,8 @@ def create_app(
         }
         if process is not None:
             body["projection_process"] = process.health()
+        if hooks.follower is not None:
+            body["transcripts"] = hooks.follower.health()
         if error is not None:
             body["error"] = repr(error)
         return JSONResponse(body, 200 if error is None else 503)

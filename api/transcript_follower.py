@@ -124,6 +124,17 @@ class TranscriptFollower:
     def start(self) -> None:
         self._thread.start()
 
+    def health(self) -> dict[str, object]:
+        """For ``/healthz``: ``{"imports", "tail_reads", "whole_reads", "following",
+        "error"}`` (``following``: transcripts whose read position is kept; ``error``: the
+        last import's error as text, None once one succeeds)."""
+        error = self.error
+        return {
+            "imports": self.imports, "tail_reads": self.tail_reads,
+            "whole_reads": self.whole_reads, "following": len(self._tails),
+            "error": None if error is None else repr(error),
+        }
+
     def stop(self) -> None:
         """Stop the thread (an import under way finishes first)."""
         self._stop.set()

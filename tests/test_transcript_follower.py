@@ -96,6 +96,10 @@ def test_a_transcript_named_by_local_hooks_is_imported_and_followed_as_it_grows(
         want = _reference(Settings(tmp_path / "ref-whole", transcript_quiet_s=0), whole)
         assert want != first
         _await_tokens(server, sid, want)
+        # the grown transcript was read from where the first read ended
+        followed = httpx.get(f"{server.url}/healthz").json()["transcripts"]
+        assert followed["whole_reads"] == 0 and followed["tail_reads"] >= 2, followed
+        assert followed["error"] is None
     finally:
         server.stop()
 
