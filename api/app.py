@@ -29,7 +29,9 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
 * ``GET /v1/stream`` — server-sent events (:mod:`api.stream`, ``docs/sse.md``);
   ``GET /`` — the web viewer (:mod:`api.viewer`).
 * ``GET /healthz`` — ``{"ok", "head", "projections": {name: {"position", "lag"}},
-  "data_dir_id"}`` (and ``projection_process``, ``error``); 503 when a background
+  "data_dir_id"}`` (and ``projection_process``, ``transcripts``: the transcript
+  follower's :meth:`~api.transcript_follower.TranscriptFollower.health`, ``error``);
+  503 when a background
   thread failed, and 503 ``{"ok": false, "error": "database unavailable: <reason>"}``
   at once when the database cannot be reached (as any request that needs it).
   Open even when a token is required (:mod:`api.access`).
