@@ -31,9 +31,9 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
 * ``GET /healthz`` — ``{"ok", "head", "projections": {name: {"position", "lag"}},
   "data_dir_id"}`` (and ``projection_process``, ``transcripts``: the transcript
   follower's :meth:`~api.transcript_follower.TranscriptFollower.health`, ``error``);
-  503 when a background
-  thread failed, and 503 ``{"ok": false, "error": "database unavailable: <reason>"}``
-  at once when the database cannot be reached (as any request that needs it).
+  503 when a background thread failed, and 503 ``{"ok": false, "error": "database
+  unavailable: <reason>"}`` at once when the database cannot be reached (as any
+  request that needs it).
   Open even when a token is required (:mod:`api.access`).
 
 The app is the single writer of the SQLite store. Reads answer after the projections
