@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -281,3 +283,46 @@ def test_a_path_is_followed_under_its_normal_name(settings: Settings, tmp_path: 
         services.close()
     assert summary.result.appended == 0
     assert _events(settings) == before
+
+
+def test_a_file_read_while_it_is_being_written_gives_the_facts_of_a_whole_read(tmp_path: Path) -> None:
+    """An agent appending while the tail reads: chunks of any size, cut mid-line and
+    mid-character; half-written last lines are left for the next read."""
+    src = SPOTTER / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    data = src.read_bytes()
+    path = _copy(src, tmp_path)
+    rnd = random.Random(7)
+    done = threading.Event()
+
+    def write() -> None:
+        at = 0
+        with open(path, "ab", buffering=0) as f:
+            while at < len(data):
+                n = rnd.randrange(1, 20_000)
+                f.write(data[at : at + n])
+                at += n
+                time.sleep(rnd.random() / 500)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    tail = TranscriptTail(path)
+    got: list[tuple[object, ...]] = []
+    reads = 0
+    writer.start()
+    try:
+        while True:
+            finished = done.is_set()
+            parsed = tail.read()
+            if parsed is None:  # before the first line that names a session: start again
+                assert not got
+                tail = TranscriptTail(path)
+                continue
+            reads += 1
+            got += [_fact(f) for f in parsed.facts]
+            if finished:
+                break
+    finally:
+        writer.join()
+    assert reads > 10
+    assert tail.offset == len(data)
+    assert got == [_fact(f) for f in parse_one(path).facts]
