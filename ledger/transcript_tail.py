@@ -33,7 +33,6 @@ from ledger.parsing import (
     HEAD_BYTES,
     HEAD_LINES,
     ParsedFile,
-    companion,
     detect,
     detection_head,
     fingerprint,
@@ -70,7 +69,7 @@ class TranscriptTail:
         self._parser: TranscriptParser | RolloutParser | None = None
         self._feed: Feed = _no_feed
         self._identity: tuple[int, int] | None = None
-        self._meta: str | None = None
+        self._meta = ""
         self._guard = b""
         self._newlines = 0  # newlines read: the next line's number is this + 1
         self._open_line = False  # the last line read had no newline yet
@@ -91,7 +90,7 @@ class TranscriptTail:
         before = fingerprint(self.path)
         if before is None:
             return None
-        meta = _stat_or_dash(companion(self.path))
+        meta = before.partition(" ")[2]  # the companion's part (subagent .meta.json)
         first = self._parser is None
         with open(self.path, "rb") as f:
             st = os.fstat(f.fileno())  # the file read, even if renamed over meanwhile
@@ -157,14 +156,3 @@ def _parser_for(path: Path, fmt: str) -> tuple[TranscriptParser | RolloutParser,
     transcript, meta_note = transcript_parser(path)
     return transcript, lambda lines, first: meta_note.apply(transcript.feed_lines(lines, first))
 
-
-def _stat_or_dash(path: Path | None) -> str | None:
-    """Device, inode, size and mtime of ``path``; ``-`` when it does not exist; None
-    when there is no such companion file to look at."""
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "-"
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
