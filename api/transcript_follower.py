@@ -13,12 +13,12 @@ with the data directory's :class:`ledger.imported_files.ImportedFiles`: a file
 unchanged since it was imported is not read again, and what a hook recorded first
 appends nothing twice (cross-source idempotency keys and aliases).
 
-A Claude Code transcript or Codex rollout is read from where the last import of it
-ended (:class:`ledger.transcript_tail.TranscriptTail`): a long session's transcript
-grows by a few lines per turn, and reading it whole each time costs about half a second
-at 28 MB. The read positions of the :data:`MAX_TAILS` transcripts read most recently
-are kept in memory; any other file, or one that changed other than by growing, is read
-whole.
+A Claude Code transcript, Codex rollout or Gemini CLI JSONL chat is read from where the
+last import of it ended (:class:`ledger.transcript_tail.TranscriptTail`): a long
+session's transcript grows by a few lines per turn, and reading it whole each time costs
+about half a second at 28 MB. The read positions of the :data:`MAX_TAILS` transcripts
+read most recently are kept in memory; any other file, or one that changed other than by
+growing, is read whole.
 
 Only hooks from the spool journal are followed: the journal is written by hooks on
 this machine, so their paths name this machine's files. A remote hook's

@@ -1,15 +1,16 @@
 """Reading a growing transcript from where the last read ended.
 
 Claude Code appends its transcript (``~/.claude/projects/<project>/<session>.jsonl``,
-FORMATS.md A2), and Codex its rollout (``~/.codex/sessions/…/rollout-*.jsonl``, A6),
-line by line while a session runs, and ``serve`` imports the file again each time the
-session's hooks go quiet (:mod:`api.transcript_follower`). Read whole, a 28 MB
-transcript costs about half a second per import: every line parsed again, every fact
-found to be a duplicate. A :class:`TranscriptTail` keeps the parser (its state:
-sessions, sidechain roots, seen uuids, prompt and call counters, token totals) and the
-byte offset it reached, and parses only the lines added since. The facts are those a
-whole read of the grown file gives, less those of the lines read before: the same
-parser sees the same lines in the same order, numbered alike.
+FORMATS.md A3), Codex its rollout (``~/.codex/sessions/…/rollout-*.jsonl``, A6) and
+Gemini CLI 0.40+ its JSONL chat file (:mod:`ledger.sources.gemini_chat`) line by line
+while a session runs, and ``serve`` imports the file again each time the session's
+hooks go quiet (:mod:`api.transcript_follower`). Read whole, a 28 MB transcript costs
+about half a second per import: every line parsed again, every fact found to be a
+duplicate. A :class:`TranscriptTail` keeps the parser (its state: sessions, sidechain
+roots, seen uuids, prompt and call counters, token totals) and the byte offset it
+reached, and parses only the lines added since. The facts are those a whole read of the
+grown file gives, less those of the lines read before: the same parser sees the same
+lines in the same order, numbered alike.
 
 A tail goes on only while the file is the one it read: the same device and inode, no
 shorter than the offset, the same bytes in the :data:`GUARD_BYTES` before it, and the
@@ -39,10 +40,10 @@ from ledger.parsing import (
     transcript_parser,
     unfinished_tail,
 )
-from ledger.sources.claude_transcript import TranscriptParser
 from ledger.sources.codex_rollout import RolloutParser
+from ledger.sources.gemini_chat import SOURCE_FORMAT_JSONL, ChatParser
 
-TAILED_FORMATS = frozenset({"claude-code.transcript", "codex.rollout"})
+TAILED_FORMATS = frozenset({"claude-code.transcript", "codex.rollout", "gemini.chat-jsonl"})
 """Formats read from where the last read ended: JSONL files an agent appends to, whose
 parsers keep their state between lines (:mod:`ledger.parsing`'s format names)."""
 GUARD_BYTES = 4096
@@ -66,8 +67,8 @@ class TranscriptTail:
         self.offset = 0
         self.bytes_read = 0
         self.not_transcript = False
-        self._parser: TranscriptParser | RolloutParser | None = None
-        self._feed: Feed = _no_feed
+        self._feed: Feed | None = None
+        self._waiting: Callable[[], bool] = bool  # records wait for a session
         self._identity: tuple[int, int] | None = None
         self._meta = ""
         self._guard = b""
@@ -91,7 +92,7 @@ class TranscriptTail:
         if before is None:
             return None
         meta = before.partition(" ")[2]  # the companion's part (subagent .meta.json)
-        first = self._parser is None
+        first = self._feed is None
         with open(self.path, "rb") as f:
             st = os.fstat(f.fileno())  # the file read, even if renamed over meanwhile
             identity = (st.st_dev, st.st_ino)
@@ -116,7 +117,7 @@ class TranscriptTail:
                     new.count(b"\n") >= HEAD_LINES or len(new) > HEAD_BYTES
                 )
                 return None
-            self._parser, self._feed = _parser_for(self.path, fmt)
+            self._feed, self._waiting = _parser_for(self.path, fmt)
             self._identity, self._meta = identity, meta
         elif self._open_line and new:
             if not new.startswith(b"\n"):
@@ -128,9 +129,10 @@ class TranscriptTail:
         taken = new[: len(new) - unfinished]
         facts: list[Observation | Rejected] = []
         if taken:
+            assert self._feed is not None
             with gc_paused():
                 facts.extend(self._feed(taken.split(b"\n"), self._newlines + 1))
-            if self._parser.orphans:
+            if self._waiting():
                 return None  # records with no session yet: see the module docstring
             self._newlines += taken.count(b"\n")
             self._open_line = not taken.endswith(b"\n")
@@ -143,16 +145,20 @@ Feed = Callable[[list[bytes], int], Iterable[Observation | Rejected]]
 """Feeds lines, numbered from the int, to a tail's parser; gives their facts."""
 
 
-def _no_feed(lines: list[bytes], first: int) -> Iterable[Observation | Rejected]:
-    raise RuntimeError("no parser: the tail has not read its file yet")
-
-
-def _parser_for(path: Path, fmt: str) -> tuple[TranscriptParser | RolloutParser, Feed]:
-    """The parser of a file of format ``fmt`` (one of :data:`TAILED_FORMATS`), as a whole
-    read makes it (:func:`ledger.parsing.parse_data`), and how to feed it."""
+def _parser_for(path: Path, fmt: str) -> tuple[Feed, Callable[[], bool]]:
+    """How to feed lines to the parser of a file of format ``fmt`` (one of
+    :data:`TAILED_FORMATS`), made as a whole read makes it
+    (:func:`ledger.parsing.parse_data`), and whether it holds records that name no
+    session yet."""
     if fmt == "codex.rollout":
         rollout = RolloutParser.for_file(str(path))
-        return rollout, rollout.feed_lines
+        return rollout.feed_lines, lambda: bool(rollout.orphans)
+    if fmt == "gemini.chat-jsonl":  # records with no session take the file's name
+        chat = ChatParser(str(path), SOURCE_FORMAT_JSONL, path.name.removesuffix(path.suffix))
+        return chat.feed_lines, lambda: False
     transcript, meta_note = transcript_parser(path)
-    return transcript, lambda lines, first: meta_note.apply(transcript.feed_lines(lines, first))
+    return (
+        lambda lines, first: meta_note.apply(transcript.feed_lines(lines, first)),
+        lambda: bool(transcript.orphans),
+    )
 

@@ -62,6 +62,7 @@ from ledger.sources.adapter_kit import (
     parse_time,
     prompt_kind,
 )
+from ledger.sources.jsonl import numbered_lines
 
 AGENT = "gemini"
 SOURCE_FORMAT = "gemini.chat"
@@ -146,28 +147,7 @@ def parse_jsonl(
     lines: Iterable[bytes], source: str, fallback_id: str
 ) -> Iterator[Observation | Rejected]:
     """A v0.40+ JSONL chat file: header, message lines and ``$set`` patch lines."""
-    parser = ChatParser(source, SOURCE_FORMAT_JSONL, fallback_id)
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = jsontext.loads(line)
-        except orjson.JSONDecodeError as e:
-            yield Rejected(
-                source, f"line {lineno}", f"not valid JSON: {e}", line, AGENT, SOURCE_FORMAT_JSONL
-            )
-            continue
-        where = f"line {lineno}"
-        if not isinstance(rec, dict):
-            reason = f"record is a JSON {type(rec).__name__}, not an object"
-            yield Rejected(source, where, reason, line, AGENT, SOURCE_FORMAT_JSONL)
-        elif "id" in rec and "type" in rec:
-            yield from parser.message(rec, where)
-        elif "sessionId" in rec and parser.ref is None:
-            yield from parser.header(rec, where)
-        else:
-            label = "$set" if "$set" in rec else (as_str(rec.get("type")) or "(none)")
-            yield from parser.record(rec, label, parser.line_keys.key(line))
+    yield from ChatParser(source, SOURCE_FORMAT_JSONL, fallback_id).feed_lines(lines)
 
 
 class ChatParser:
@@ -188,6 +168,30 @@ class ChatParser:
         """Message id -> the ``prompt:`` alias of its first copy in the file."""
         self.last_prompt: str | None = None
         self.version: str | None = None
+
+    def feed_lines(
+        self, lines: Iterable[bytes], first: int = 1
+    ) -> Iterator[Observation | Rejected]:
+        """Feed the lines of a v0.40+ JSONL chat file, numbered from ``first`` (a line's
+        location is ``line N``); blank lines are skipped, and counted."""
+        for lineno, line in numbered_lines(lines, first):
+            where = f"line {lineno}"
+            try:
+                rec = jsontext.loads(line)
+            except orjson.JSONDecodeError as e:
+                reason = f"not valid JSON: {e}"
+                yield Rejected(self.source, where, reason, line, AGENT, SOURCE_FORMAT_JSONL)
+                continue
+            if not isinstance(rec, dict):
+                reason = f"record is a JSON {type(rec).__name__}, not an object"
+                yield Rejected(self.source, where, reason, line, AGENT, SOURCE_FORMAT_JSONL)
+            elif "id" in rec and "type" in rec:
+                yield from self.message(rec, where)
+            elif "sessionId" in rec and self.ref is None:
+                yield from self.header(rec, where)
+            else:
+                label = "$set" if "$set" in rec else (as_str(rec.get("type")) or "(none)")
+                yield from self.record(rec, label, self.line_keys.key(line))
 
     @property
     def session(self) -> SessionRef:
