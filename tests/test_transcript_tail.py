@@ -1,4 +1,5 @@
-"""Reading a growing Claude Code transcript or Codex rollout from where the last read ended
+"""Reading a growing transcript (Claude Code, Codex rollout, Gemini CLI JSONL) from where the
+last read ended
 (``ledger.transcript_tail``), and ``serve``'s follower doing so: the facts are those a
 whole read gives, the lines read before are not read again, and a file that changed
 other than by growing is read whole."""
@@ -67,6 +68,7 @@ def test_there_are_transcripts_to_read() -> None:
     assert len(TRANSCRIPTS) >= 15
     assert SUBAGENT in TRANSCRIPTS
     assert any(p.name.startswith("rollout-") for p in TRANSCRIPTS)
+    assert any(p.name == "gemini_jsonl_v040.jsonl" for p in TRANSCRIPTS)
 
 
 @pytest.mark.parametrize("src", TRANSCRIPTS, ids=lambda p: p.name)
