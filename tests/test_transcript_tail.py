@@ -1,8 +1,7 @@
-"""Reading a growing transcript (Claude Code, Codex rollout, Gemini CLI JSONL) from where the
-last read ended
-(``ledger.transcript_tail``), and ``serve``'s follower doing so: the facts are those a
-whole read gives, the lines read before are not read again, and a file that changed
-other than by growing is read whole."""
+"""Reading a growing transcript (Claude Code, Codex rollout, Gemini CLI JSONL) from where
+the last read ended (``ledger.transcript_tail``), and ``serve``'s follower doing so: the
+facts are those a whole read gives, the lines read before are not read again, and a file
+that changed other than by growing is read whole."""
 
 from __future__ import annotations
 
