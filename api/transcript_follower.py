@@ -219,7 +219,7 @@ class TranscriptFollower:
                 tail = TranscriptTail(f)
             try:
                 parsed = tail.read()
-            except OSError:  # unreadable now: the whole import skips it, saying why
+            except (OSError, ValueError):  # the whole import skips it, saying why
                 parsed = None
             if parsed is None:
                 if tail.not_transcript and len(self._whole_only) < MAX_WHOLE_ONLY:

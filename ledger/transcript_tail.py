@@ -87,6 +87,8 @@ class TranscriptTail:
 
         Raises:
             OSError: the file cannot be read.
+            ValueError: the parser refused the file (as :func:`~ledger.parsing.parse_one`
+                reports it, skipped).
         """
         before = fingerprint(self.path)
         if before is None:
@@ -111,10 +113,10 @@ class TranscriptTail:
             new = new[skipped:]
             fmt = detect(self.path, detection_head(self.path, new))
             if fmt not in TAILED_FORMATS:
-                # only when detection saw all it looks at: a transcript's first lines
-                # may name no session yet (a file-history-snapshot)
+                # only when detection saw all it will ever look at (detection_head):
+                # a transcript's first lines may name no session yet
                 self.not_transcript = fmt is not None or (
-                    new.count(b"\n") >= HEAD_LINES or len(new) > HEAD_BYTES
+                    len(new) > HEAD_BYTES and new.count(b"\n") >= HEAD_LINES
                 )
                 return None
             self._feed, self._waiting = _parser_for(self.path, fmt)

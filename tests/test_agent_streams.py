@@ -31,6 +31,8 @@ import pytest
 from api.bootstrap import Services
 from ledger.config import Settings
 from ledger.importer import import_paths
+from ledger.observation import Observation
+from ledger.parsing import parse_one
 from projections import queries
 
 from conftest import FIXTURES, cli, resumed_exec_turn
@@ -396,6 +398,20 @@ def test_forked_rollout_counts_only_its_own_turns(
     copied = [e for e in events if getattr(e, "record_type", "").startswith("copied:")]
     assert len(copied) == len(_records(PARENT_ROLLOUT))
     assert import_paths(services.ledger, [fork]).result.appended == 0
+
+
+def test_a_turn_id_beyond_what_a_datetime_holds_does_not_stop_the_rollout(tmp_path: Path) -> None:
+    # Review finding: a UUIDv7 turn id whose time is past year 9999 raised ValueError
+    # from datetime.fromtimestamp, and the import skipped the rest of the file.
+    fork, _ = _fork_of(PARENT_ROLLOUT, tmp_path, restamp=True)
+    records = _records(fork)
+    copied = next(r for r in records[1:] if r["type"] == "turn_context")
+    copied["payload"]["turn_id"] = "ffffffff-ffff-7fff-bfff-ffffffffffff"
+    fork.write_text("".join(json.dumps(r) + "\n" for r in records))
+    parsed = parse_one(fork)
+    assert parsed.skipped is None
+    prompts = [f for f in parsed.facts if isinstance(f, Observation) and f.kind == "PromptSubmitted"]
+    assert [p.data["text"] for p in prompts][-1:] == ["now differently"]
 
 
 def test_fork_without_a_copied_history_counts_everything(

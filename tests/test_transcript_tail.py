@@ -5,6 +5,7 @@ that changed other than by growing is read whole."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -39,10 +40,8 @@ SUBAGENT = (
 
 
 def _fact(f: Observation | Rejected) -> tuple[object, ...]:
-    if isinstance(f, Observation):
-        return ("obs", f.kind, f.key, f.session.id, f.session.agent_type, f.record_key,
-                f.after_prompt, repr(f.data), f.redactions, f.occurred_at)
-    return ("rejected", f.location, f.reason, f.data, f.key)
+    """Every field of a fact (the parsers' state shows in keys, aliases, ``extra``…)."""
+    return (type(f).__name__, f.key, *(repr(getattr(f, x.name)) for x in dataclasses.fields(f)))
 
 
 def _copy(src: Path, tmp: Path) -> Path:
@@ -327,3 +326,20 @@ def test_a_file_read_while_it_is_being_written_gives_the_facts_of_a_whole_read(t
     assert reads > 10
     assert tail.offset == len(data)
     assert got == [_fact(f) for f in parse_one(path).facts]
+
+
+def test_a_transcript_whose_first_lines_name_no_session_is_not_taken_for_another_format(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # Review finding: 32 lines without a sessionId (summaries) made the follower read
+    # the file whole for the rest of the server's life, though detection reads the
+    # whole head of a file under 1 MiB, and so finds the transcript once it grows.
+    src = FIXTURES / "agentcmd-claude-transcripts" / "full-session-five.jsonl"
+    summaries = b"".join(
+        b'{"type":"summary","summary":"earlier work %d","leafUuid":"leaf-%d"}\n' % (n, n)
+        for n in range(40)
+    )
+    data = summaries + src.read_bytes()
+    path = _copy(src, tmp_path)
+    follower = _follow(settings, _growing(path, data, [len(summaries), len(data)]))
+    assert (follower.whole_reads, follower.tail_reads) == (1, 1)

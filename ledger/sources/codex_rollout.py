@@ -477,7 +477,10 @@ def _uuid7_time(value: Any) -> datetime | None:
         return None
     if u.version != 7:
         return None
-    return datetime.fromtimestamp((u.int >> 80) / 1000, UTC)
+    try:
+        return datetime.fromtimestamp((u.int >> 80) / 1000, UTC)
+    except (ValueError, OverflowError, OSError):  # a time no datetime holds (year > 9999)
+        return None
 
 
 def _maybe_json(value: Any) -> Any:
