@@ -154,7 +154,7 @@ def test_filters(settings: Settings) -> None:
         for p in json.loads((ATTIO / name).read_text())
     ]
     ordered = coorp_start + attio + coorp_end
-    srv = Server(settings).start()
+    srv = Server(settings).start()  # no summary worker (conftest.settings_env)
 
     async def main() -> dict[str, Any]:
         live = {
