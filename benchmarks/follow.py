@@ -15,17 +15,21 @@ copy), writes all but the last ``turns x lines`` lines, imports it, then per tur
   reads a Claude Code transcript from where its last read ended.
 
 Prints, per way, the first import's seconds and the per-turn import's median and max in
-ms and bytes read per turn, and checks that both stores end with the same events
-(stream, version, event class and idempotency key): the tail must lose nothing.
+ms, and checks that both stores end with the same events (stream, version, event class
+and idempotency key): the tail must lose nothing. Then the memory a tail keeps for the
+whole transcript (``tracemalloc``: what stays allocated after its first read, the facts
+dropped): what the follower holds per transcript it follows.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import tempfile
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from api.transcript_follower import TranscriptFollower
 from ledger.config import Settings
 from ledger.imported_files import FILE_NAME, ImportedFiles
 from ledger.importer import import_paths
+from ledger.transcript_tail import TranscriptTail
 
 SOURCE = (
     Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "spotter-claude-transcripts"
@@ -127,6 +132,26 @@ def main() -> None:
     if results["whole"]["events"] != results["tail"]["events"]:
         raise SystemExit("the stores differ: the tail lost or added events")
     print("same events in both stores")
+    print(f"a tail's state after reading the whole transcript: {kept_bytes(lines) / 1e6:.1f} MB")
+
+
+def kept_bytes(lines: list[bytes]) -> int:
+    """Bytes a :class:`TranscriptTail` keeps allocated after reading ``lines``."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / SOURCE.name
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        gc.collect()
+        tracemalloc.start()
+        try:
+            tail = TranscriptTail(path)
+            parsed = tail.read()
+            assert parsed is not None
+            del parsed
+            gc.collect()
+            kept = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+    return kept
 
 
 if __name__ == "__main__":
