@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +176,34 @@ def _code_secret(m: re.Match[str]) -> bool:
     )
 
 
+_ASSIGN_SIGN = re.compile(
+    r"[=:](?:(?<=[A-Za-z0-9_].)|(?<=[A-Za-z0-9_] .))(?= ?(?:\\?[\"']|[&A-Za-z]))", re.ASCII
+)
+"""The ``=`` or ``:`` of every :data:`_CODE_ASSIGN` (``[=:]`` first, where the regex
+engine skips to it): right after a name, or one space after it, and followed (after a
+space) by a quote or an annotation's first character."""
+_NAME_RUN = re.compile(r"[A-Za-z0-9_]{0,66}", re.ASCII)
+
+
+def _code_name_starts(text: str) -> Iterator[int]:
+    """Every position where the code rule's pattern can begin a match (its
+    :attr:`Rule.starts`). A match is a name (a run of word characters, ``[A-Za-z_]``
+    first, at most 65) and then :data:`_CODE_ASSIGN`, which begins with an optional
+    space and an ``=`` or ``:`` (:data:`_ASSIGN_SIGN`), so the name ends there. It
+    begins where that run of word characters begins (not after a ``\\``), or one
+    character later, after a ``\\n``, ``\\r`` or ``\\t`` escape: both are yielded and
+    the pattern tells. The run is measured backwards, in the reversed text."""
+    rev = ""
+    for hit in _ASSIGN_SIGN.finditer(text):
+        end = hit.start() - (text[hit.start() - 1] == " ")
+        if not rev:
+            rev = text[::-1]
+        back = len(text) - end
+        start = end - (_NAME_RUN.match(rev, back).end() - back)
+        yield start
+        yield start + 1
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_.]{1,512}", re.ASCII)
 
 
@@ -214,6 +242,10 @@ class Rule:
     stems: tuple[str, ...] = ()
     """With a ``probe``: literals every one of ``any_of`` contains, for the
     :class:`RuleSet` quick check."""
+    starts: Callable[[str], Iterator[int]] | None = None
+    """Where in a text the pattern can begin a match: every such position (and maybe
+    others), ascending. :meth:`sub` then tries the pattern only there, for a pattern
+    that starts with a character class the regex engine would try at every position."""
 
     def __post_init__(self) -> None:
         for prefix, chars in ((_L, _WORD + "-"), (_LW, _WORD)):
@@ -228,6 +260,23 @@ class Rule:
         if not self.left or start == 0 or m.string[start - 1] not in self.left:
             return True
         return start >= 2 and m.string[start - 2] == "\\" and m.string[start - 1] in "nrt"
+
+    def sub(self, repl: Callable[[re.Match[str]], str], text: str) -> str:
+        """``self.pattern.sub(repl, text)``: the same matches, tried only at
+        :attr:`starts` when the rule has them (a match ends where the scan goes on, as
+        in ``re.sub``; the pattern never matches the empty string)."""
+        if self.starts is None:
+            return self.pattern.sub(repl, text)
+        pieces: list[str] = []
+        done = 0
+        for s in self.starts(text):
+            if s >= done and (m := self.pattern.match(text, s)) is not None:
+                pieces += (text[done:s], repl(m))
+                done = m.end()
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
 
     def may_match(self, text: str, lowered: str) -> bool:
         hay = lowered if self.ignore_case else text
@@ -383,7 +432,7 @@ def catalogue() -> tuple[Rule, ...]:
             # on the lower-cased text: a quote, or after the ``:`` an annotation's start
             gate=_ends_then(_CODE_NAME_WORDS, r" ?(?::(?: ?" + _STARTS + r"| ?\\?[\"'])|= ?\\?[\"'])"),
             probe=_r(r"(?:key|secret|token) ?(?:= ?(?:'|\\?\")|: ?(?:'|\\?\"|" + _STARTS + r"))"),
-            stems=_CODE_NAME_WORDS),
+            stems=_CODE_NAME_WORDS, starts=_code_name_starts),
     )
 
 
@@ -597,7 +646,7 @@ def redact_secrets(text: str, rules: RuleSet | None = None) -> tuple[str, dict[s
             whole, start = m.group(0), m.start()
             return whole[: m.start("v") - start] + placeholder + whole[m.end("v") - start :]
 
-        new = rule.pattern.sub(replace, text)
+        new = rule.sub(replace, text)
         if n:
             counts[rule.kind] = n
             text = new

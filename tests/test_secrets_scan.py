@@ -259,3 +259,49 @@ def test_rule_gates_never_skip_a_text_the_rule_redacts_something_in() -> None:
             assert secrets.redact_secrets(text, alone) == expected, (rule.kind, text)
             hits += bool(expected[1])
     assert hits > 500  # the generated texts do exercise both rules
+
+
+def _assignments(rng: random.Random, n: int) -> Iterator[str]:
+    """Texts of several code-like assignments in a row, with what makes the code rule's
+    scan tricky: names too long or after a ``\\n`` escape or a backslash, names that are
+    not secrets (whose rejected match hides what it spans), values holding ``=`` and
+    ``:``, annotations, escaped quotes, case."""
+    names = ["api_key", "apiKey", "CLIENT_SECRET", "token", "x", "cache_key", "public_key"]
+    names += ["my_secret_token", "a" * 64 + "_key", "b" * 61 + "key", "_", "9token", "Key"]
+    before = ["", " ", "\\n", "\\t", "\\r", "\\", "\\\\", ".", "-", "/", "(", "\n", '"', "'"]
+    before += ['\\"', "x", "é", "n"]
+    signs = ["=", " = ", ":", ": ", " :", "= ", ": str = ", ": Optional[str] = ", ":str="]
+    signs += [": typing.Token = ", "==", ":=", " == ", ": MyType = ", ": &str = ", "  = "]
+    quotes = ["'", '"', '\\"', "", "\\'"]
+    values = ["live_9f8e7d6c5b4a3928", "abc", "user_profile_v2", "R3disPw9xQ2kL"]
+    values += ["x=y:z1234567890", "aaaaaaa.api_key=", "$abc12345678", "[redacted:x]"]
+    values += ["a1" * 300, "tok:en=" * 3, "k" * 7, "Zx9Qw8Er7Ty6Ui5Op4"]
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            name = rng.choice(names)
+            name = name.upper() if rng.random() < 0.2 else name
+            q = rng.choice(quotes)
+            parts += [rng.choice(before), name, rng.choice(signs), q, rng.choice(values)]
+            parts.append(q if rng.random() < 0.8 else rng.choice(quotes))
+        yield "".join(parts)
+
+
+def test_a_rule_tried_only_at_its_starts_redacts_what_its_pattern_redacts() -> None:
+    """``Rule.starts`` is a speed-up only: the rule tried at those positions alone
+    gives what ``pattern.sub`` gives (the same matches, the same rejected ones hiding
+    what they span), on the fixtures' strings, every shape and generated assignments."""
+    started = [r for r in secrets.catalogue() if r.starts is not None]
+    assert "code_secret_assignment" in {r.kind for r in started}
+    texts = [text for _, text, _ in SHAPES]
+    texts += [s for _, _, rec in RECORDS for s in _strings(rec)]
+    texts += list(_assignments(random.Random(7), 6000))
+    redacted = 0
+    for rule in started:
+        alone = secrets.ruleset((rule,))
+        everywhere = dataclasses.replace(alone, rules=(dataclasses.replace(rule, starts=None),))
+        for text in texts:
+            expected = secrets.redact_secrets(text, everywhere)
+            assert secrets.redact_secrets(text, alone) == expected, (rule.kind, text)
+            redacted += bool(expected[1])
+    assert redacted > 1000  # the generated texts do reach the rule's accepted matches
