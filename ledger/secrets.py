@@ -204,6 +204,15 @@ def _code_name_starts(text: str) -> Iterator[int]:
         yield start + 1
 
 
+_PASSWORD_WORD = re.compile(r"passw", re.IGNORECASE | re.ASCII)
+
+
+def _password_starts(text: str) -> Iterator[int]:
+    """Where the password rule's pattern can begin a match (its :attr:`Rule.starts`):
+    it begins with ``password`` or ``passwd``, in any case."""
+    return (m.start() for m in _PASSWORD_WORD.finditer(text))
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_.]{1,512}", re.ASCII)
 
 
@@ -420,7 +429,7 @@ def catalogue() -> tuple[Rule, ...]:
             gate=_ends_then(_FIELD_WORDS, r"\\?\"\s{0,4}:")),
         Rule("password_assignment", ("password", "passwd"), _r(
             r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))(?:password|passwd)" + _ASSIGN + _VALUE, _I),
-            ignore_case=True, accept=_looks_like_password),
+            ignore_case=True, accept=_looks_like_password, starts=_password_starts),
         # ``api_key = 'live_…'``: after the rules above, so an UPPER name or a password
         # keeps its own kind
         Rule("code_secret_assignment", _code_literals(), _r(
