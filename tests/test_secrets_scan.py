@@ -214,6 +214,20 @@ def _strings(value: object) -> Iterator[str]:
             yield from _strings(v)
 
 
+def _redacts_alike(rules: list[secrets.Rule], texts: list[str], **changed: None) -> int:
+    """Assert that each rule alone redacts every text as it does with the fields
+    ``changed`` set (to None); return how many (rule, text) redacted something."""
+    hits = 0
+    for rule in rules:
+        alone = secrets.ruleset((rule,))
+        other = dataclasses.replace(alone, rules=(dataclasses.replace(rule, **changed),))
+        for text in texts:
+            expected = secrets.redact_secrets(text, other)
+            assert secrets.redact_secrets(text, alone) == expected, (rule.kind, text)
+            hits += bool(expected[1])
+    return hits
+
+
 def test_rule_gates_never_skip_a_text_the_rule_redacts_something_in() -> None:
     gated = [r for r in secrets.catalogue() if r.gate is not None]
     assert {r.kind for r in gated} >= {
@@ -250,14 +264,7 @@ def test_rule_gates_never_skip_a_text_the_rule_redacts_something_in() -> None:
         + rng.choice(["", '"', " tail"])
         for _ in range(3000)
     ]
-    hits = 0
-    for rule in gated:
-        alone = secrets.ruleset((rule,))
-        ungated = dataclasses.replace(alone, rules=(dataclasses.replace(rule, gate=None),))
-        for text in texts:
-            expected = secrets.redact_secrets(text, ungated)
-            assert secrets.redact_secrets(text, alone) == expected, (rule.kind, text)
-            hits += bool(expected[1])
+    hits = _redacts_alike(gated, texts, gate=None)
     assert hits > 500  # the generated texts do exercise both rules
 
 
@@ -297,12 +304,5 @@ def test_a_rule_tried_only_at_its_starts_redacts_what_its_pattern_redacts() -> N
     texts = [text for _, text, _ in SHAPES]
     texts += [s for _, _, rec in RECORDS for s in _strings(rec)]
     texts += list(_assignments(random.Random(7), 6000))
-    redacted = 0
-    for rule in started:
-        alone = secrets.ruleset((rule,))
-        everywhere = dataclasses.replace(alone, rules=(dataclasses.replace(rule, starts=None),))
-        for text in texts:
-            expected = secrets.redact_secrets(text, everywhere)
-            assert secrets.redact_secrets(text, alone) == expected, (rule.kind, text)
-            redacted += bool(expected[1])
+    redacted = _redacts_alike(started, texts, starts=None)
     assert redacted > 2000  # the generated texts do reach the rules' accepted matches
