@@ -37,7 +37,16 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "84041187b08d812333a4563e42c9aa3053b8943fe4a73cc08db38ccdcd7a3819"
+EXPECTED_SHA256 = "f3b83c3310feedd68586bab825404430aefdd242df6cc2a44ecd7131d0916c36"
+# Re-derived on 2026-11-27 (review-user): a Codex rollout's facts name the prompt they
+# follow (``after_prompt``), as a Claude Code transcript's do, so a rollout imported
+# after the hooks puts each turn's usage in its prompt's batch. A fact of a turn after
+# that turn ended (``turn_aborted`` / ``task_complete``, no new prompt yet) is then
+# history and leaves the status WAITING, as in a transcript. The same 7,377 rows at the
+# same positions; two streams change, compared row by row against 1ad1dbd: 20 rows of
+# the rollouts 01997e76-… (9) and 019fc8be-… (the 0.146 drift rollout, 11) have
+# ``status`` WAITING instead of PROCESSING, and the rows of those two streams from the
+# first of them on differ in their digest only (752 rows in all).
 # Re-derived on 2026-11-25 after merging fix-subagent into main (which had fix-cursor):
 # both changes below, in disjoint streams (the drift subagent's 5 rows; fix-cursor's 19
 # streams); the hash of the two together.
