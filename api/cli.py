@@ -164,11 +164,7 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
     sid = queries.find_session_id(services.models, session)
     found = queries.get_session(services.models, sid) if sid else None
     if found is None:
-        matches = queries.sessions_matching(services.models, session)
-        if not matches:
-            raise click.ClickException(f"no such session: {session}")
-        listed = "\n".join(f"  {m['id']}  {m['external_id']}" for m in matches)
-        raise click.ClickException(f"{session!r} matches more than one session:\n{listed}")
+        raise click.ClickException(queries.unresolved(services.models, session))
     if as_json:
         _dump(found)
         return
