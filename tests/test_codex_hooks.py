@@ -219,3 +219,12 @@ def test_a_rollout_imported_after_the_hooks_counts_each_turn_in_its_own_batch(
     after_hooks, rollout_only = _batches(settings), _batches(other_settings)
     assert len(after_hooks) == 13
     assert after_hooks == rollout_only
+    # the rollout's session_meta (its Started, before its first prompt) is history: it
+    # does not move the session back to ACTIVE after the hooks' prompts
+    services = build(settings)
+    try:
+        (s,) = queries.list_sessions(services.models, agent="codex")
+        history = queries.get_session(services.models, s["id"])["status_history"]
+        assert [h["cause"] for h in history].count("Started") == 1
+    finally:
+        services.close()

@@ -46,7 +46,7 @@ from uuid import UUID
 import orjson
 
 from ledger import jsontext
-from ledger.observation import Observation, Rejected, SessionRef
+from ledger.observation import BEFORE_FIRST_PROMPT, Observation, Rejected, SessionRef
 from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
 from ledger.sources.jsonl import (
@@ -115,7 +115,7 @@ class RolloutParser:
         """A fork's creation time (its ``session_meta``); None for a rollout that is no fork."""
         self.copy_state = "before"  # of a fork: "before" its history, "copying", "own"
         self.turn_ids_seen = False  # the copied history carries turn ids
-        self.last_prompt: str | None = None
+        self.last_prompt = BEFORE_FIRST_PROMPT
         """The ``prompt:`` alias of the latest prompt: the facts after it name it
         (``after_prompt``), so a rollout imported after the hooks puts each turn's facts
         in that prompt's batch (the hooks' copy of the prompt shares the alias)."""
