@@ -119,7 +119,12 @@ def _unusable(path: Path) -> str | None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="A JSON array, one object per session.")
-@click.option("--limit", type=int, default=None, help="At most this many sessions (default: all).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="At most this many sessions (default: all).",
+)
 @click.option("--agent", default=None, help="Only this agent: claude-code, codex, gemini, cursor or openclaw.")
 @click.option("--status", default=None, help="Only this status, e.g. ACTIVE or COMPLETED (any case).")
 @click.pass_context
