@@ -158,6 +158,8 @@ def create_app(
             offset = int(q.get("offset", "0"))
         except ValueError:
             return JSONResponse({"error": "limit and offset must be integers"}, 400)
+        if limit < 0 or offset < 0:  # PostgreSQL refuses a negative OFFSET (500)
+            return JSONResponse({"error": "limit and offset must not be negative"}, 400)
         agent, status = q.get("agent"), q.get("status")
 
         def read() -> dict[str, Any]:

@@ -119,7 +119,12 @@ def _unusable(path: Path) -> str | None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="A JSON array, one object per session.")
-@click.option("--limit", type=int, default=None, help="At most this many sessions (default: all).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="At most this many sessions (default: all).",
+)
 @click.option("--agent", default=None, help="Only this agent: claude-code, codex, gemini, cursor or openclaw.")
 @click.option("--status", default=None, help="Only this status, e.g. ACTIVE or COMPLETED (any case).")
 @click.pass_context
@@ -164,11 +169,7 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
     sid = queries.find_session_id(services.models, session)
     found = queries.get_session(services.models, sid) if sid else None
     if found is None:
-        matches = queries.sessions_matching(services.models, session)
-        if not matches:
-            raise click.ClickException(f"no such session: {session}")
-        listed = "\n".join(f"  {m['id']}  {m['external_id']}" for m in matches)
-        raise click.ClickException(f"{session!r} matches more than one session:\n{listed}")
+        raise click.ClickException(queries.unresolved(services.models, session))
     if as_json:
         _dump(found)
         return

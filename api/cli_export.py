@@ -77,7 +77,9 @@ def _resolve_sessions(services: Any, refs: tuple[str, ...]) -> list[str]:
     for ref in refs:
         found = queries.find_session_id(services.models, ref)
         if found is None:
-            raise click.BadParameter(f"no such session: {ref}", param_hint="--session")
+            raise click.BadParameter(
+                queries.unresolved(services.models, ref), param_hint="--session"
+            )
         ids.append(found)
     return ids
 

@@ -34,7 +34,7 @@ def search_cmd(ctx: click.Context, query: tuple[str, ...], kinds: tuple[str, ...
     if session_ref:
         sid = queries.find_session_id(s.models, session_ref)
         if sid is None:
-            raise click.ClickException(f"no such session: {session_ref}")
+            raise click.ClickException(queries.unresolved(s.models, session_ref))
     try:
         hits = search_models(s.models, text, limit=limit, kinds=kinds or None, session_id=sid, cwd=cwd,
                              any_term=any_term, order="recent" if recent else "best")

@@ -43,7 +43,7 @@ def summaries_show(ctx: click.Context, ref: str, as_json: bool) -> None:
     s.runner.catch_up()
     sid = queries.find_session_id(s.models, ref)
     if sid is None:
-        raise click.ClickException(f"no such session: {ref}")
+        raise click.ClickException(queries.unresolved(s.models, ref))
     found = queries.session_summaries(s.models, sid)
     if as_json:
         dump({"session_id": sid, "summaries": found})

@@ -58,7 +58,7 @@ def execute(
     services.runner.catch_up()
     sid = queries.find_session_id(services.models, ref)
     if sid is None:
-        raise LookupError(f"no such session: {ref}")
+        raise LookupError(queries.unresolved(services.models, ref))
     now = datetime.now(UTC)
     key = key or uuid7()
     if command == "fork":

@@ -84,7 +84,8 @@ class Liveness:
     ``last_recorded_at``: the latest ledger ``timestamp`` of one (the fallback for a
     session whose source has no clock); ``last_activity_version``: the stream version of
     the latest observed event. ``unattached``: versions of batch activity recorded while
-    no batch was open, with their tool calls and failures, until a job attaches them.
+    no batch was open (in the latest batch, or before the first one), with their tool
+    calls and failures, until a job attaches them.
     """
 
     last_source_at: datetime | None = None
@@ -145,7 +146,9 @@ class Liveness:
             self.last_source_at = event.occurred_at
         if self.last_recorded_at is None or event.timestamp > self.last_recorded_at:
             self.last_recorded_at = event.timestamp
-        if kind in _BATCH_ACTIVITY and not session.batch_open:
+        # a fact an earlier batch holds (a transcript's call imported after the hooks'
+        # later prompts, a call completed after the next prompt) is in its batch already
+        if kind in _BATCH_ACTIVITY and not session.batch_open and event.batch == session.batch:
             self.unattached.append(event.originator_version)
             self.first_unattached_at = self.first_unattached_at or event.occurred_at
             if kind == "ToolCallStarted":

@@ -26,6 +26,11 @@ BATCH_OPENERS = ("human", "task")
 """Prompt kinds that open a prompt batch: a person's prompt, a subagent's task prompt.
 Any other (``command``: a slash command; ``task_notification``) arrives in a batch."""
 
+BEFORE_FIRST_PROMPT = ""
+"""``Observation.after_prompt`` of a file's fact that no prompt of its session precedes
+in that file (a transcript's ``/clear`` record, a rollout's ``session_meta``): recorded
+after the hooks' prompts, it belongs before the first batch and is history."""
+
 
 def session_id(agent: str, external_id: str) -> uuid.UUID:
     """Deterministic aggregate id: ``uuid5(NAMESPACE, f"{agent}:{external_id}")``."""
@@ -77,7 +82,8 @@ class Observation:
         record_key: key of the source record (several facts may share one record).
         alias_keys: other keys of the same fact from other sources.
         after_prompt: key of the prompt this fact follows in its own source order;
-            lets a late import attribute the fact to the right prompt batch.
+            lets a late import attribute the fact to the right prompt batch
+            (:data:`BEFORE_FIRST_PROMPT`: none precedes it; None: not known).
         redactions: privacy redactions applied.
     """
 

@@ -20,7 +20,7 @@ from eventsourcing.utils import get_topic
 
 from ledger.envelope import LedgerEvent, MemoryObservation, Redaction, seal, start_stream
 from ledger.lifecycle import ENDED_STATES, Liveness, SessionStatus
-from ledger.observation import BATCH_OPENERS, TOKENS, Observation, call_hash
+from ledger.observation import BATCH_OPENERS, BEFORE_FIRST_PROMPT, TOKENS, Observation, call_hash
 
 S = SessionStatus
 
@@ -780,6 +780,8 @@ class Session(BaseAggregate[UUID]):
         return own
 
     def _batch_for(self, obs: Observation) -> int:
+        if obs.after_prompt == BEFORE_FIRST_PROMPT:
+            return 0
         if obs.after_prompt is not None and obs.after_prompt in self.batch_of_key:
             return self.batch_of_key[obs.after_prompt]
         return self.batch
@@ -787,7 +789,10 @@ class Session(BaseAggregate[UUID]):
     def _is_historical(self, obs: Observation, batch: int) -> bool:
         """A late record of the past (e.g. a transcript imported after the hooks): it
         follows a prompt of an earlier batch, or of the current batch when that batch's
-        turn already ended (a ``TurnEnded``, e.g. the hooks' stop, is in the stream)."""
+        turn already ended (a ``TurnEnded``, e.g. the hooks' stop, is in the stream), or
+        no prompt of its file when the stream has one (:data:`BEFORE_FIRST_PROMPT`)."""
+        if obs.after_prompt == BEFORE_FIRST_PROMPT:
+            return self.batch > 0
         if obs.after_prompt is not None and (
             batch < self.batch
             or (not self.batch_open and obs.after_prompt in self.batch_of_key)

@@ -285,6 +285,19 @@ def sessions_matching(models: ReadModels, ref: str, limit: int = 10) -> list[dic
         return [dict(r._mapping) for r in conn.execute(query)]
 
 
+def unresolved(models: ReadModels, ref: str) -> str:
+    """Why :func:`find_session_id` resolved ``ref`` to no session, for an error message:
+    ``no such session: …``, or the sessions whose ledger or external id it starts (an
+    ambiguous prefix, or the prefix of a subagent's id only), listed."""
+    matches = sessions_matching(models, ref)
+    if not matches:
+        return f"no such session: {ref}"
+    listed = "\n".join(f"  {m['id']}  {m['external_id']}" for m in matches)
+    if len(matches) == 1:
+        return f"only a subagent's id starts with {ref!r}; give all of it:\n{listed}"
+    return f"more than one session matches {ref!r}:\n{listed}"
+
+
 def _like_prefix(ref: str) -> str:
     """A LIKE pattern matching strings that start with ``ref`` (its ``%``, ``_`` and
     ``\\`` taken literally, escaped with ``\\``)."""

@@ -16,6 +16,7 @@ import httpx
 from api.bootstrap import build
 from ledger.config import Settings
 from ledger.importer import import_paths
+from ledger.ingest import ingest_hook
 from projections import queries
 
 from conftest import FIXTURES, Server
@@ -107,5 +108,123 @@ def test_codex_hooks_and_rollout_share_one_session(settings: Settings, server: S
             r["payload"]["message"] for r in records if r["payload"].get("type") == "user_message"
         ]
         assert s["prompt_count"] == len(prompts)
+    finally:
+        services.close()
+
+
+BIG_ROLLOUT = (
+    FIXTURES
+    / "agentcmd-codex-rollouts"
+    / "rollout-2025-09-24T19-22-20-01997e76-d124-7592-9cac-2ec05abbca08.jsonl"
+)
+
+
+def _hooks_of(records: list[dict]) -> list[dict]:
+    """The command hooks Codex fires for the session a rollout records: SessionStart, a
+    UserPromptSubmit per prompt, PreToolUse / PostToolUse per call (``tool_use_id`` =
+    ``call_id``), a Stop per finished turn."""
+    meta = records[0]["payload"]
+    common = {
+        "session_id": meta["id"],
+        "cwd": meta["cwd"],
+        "model": "gpt-5-codex",
+        "permission_mode": "default",
+        "transcript_path": None,
+        "turn_id": "t0",
+    }
+    hooks = [{**common, "hook_event_name": "SessionStart", "source": "startup"}]
+    calls: dict[str, tuple[str, object]] = {}
+    for r in records:
+        p = r["payload"]
+        if r["type"] == "event_msg" and p.get("type") == "user_message":
+            hooks.append({**common, "hook_event_name": "UserPromptSubmit", "prompt": p["message"]})
+        elif r["type"] == "response_item" and p.get("type") == "function_call":
+            calls[p["call_id"]] = (p["name"], json.loads(p["arguments"]))
+            name, args = calls[p["call_id"]]
+            hooks.append(
+                {
+                    **common,
+                    "hook_event_name": "PreToolUse",
+                    "tool_name": name,
+                    "tool_input": args,
+                    "tool_use_id": p["call_id"],
+                }
+            )
+        elif r["type"] == "response_item" and p.get("type") == "function_call_output":
+            name, args = calls[p["call_id"]]
+            hooks.append(
+                {
+                    **common,
+                    "hook_event_name": "PostToolUse",
+                    "tool_name": name,
+                    "tool_input": args,
+                    "tool_use_id": p["call_id"],
+                    "tool_response": {"output": p.get("output")},
+                }
+            )
+        elif r["type"] == "event_msg" and p.get("type") in ("task_complete", "turn_aborted"):
+            hooks.append({**common, "hook_event_name": "Stop", "stop_hook_active": False})
+    return hooks
+
+
+def _batches(settings: Settings) -> list[tuple]:
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        (s,) = queries.list_sessions(services.models, agent="codex")
+        detail = queries.get_session(services.models, s["id"])
+        calls = {}
+        for c in detail["tool_calls"]:
+            calls[c["batch"]] = calls.get(c["batch"], 0) + 1
+        return [
+            (
+                b["batch"],
+                b["input_tokens"],
+                b["output_tokens"],
+                b["cache_read_input_tokens"],
+                round(b["cost_usd"], 9),
+                calls.get(b["batch"], 0),
+            )
+            for b in detail["batches"]
+        ]
+    finally:
+        services.close()
+
+
+def test_a_rollout_imported_after_the_hooks_counts_each_turn_in_its_own_batch(
+    settings: Settings, other_settings: Settings
+) -> None:
+    # The hooks of a real 13-prompt session were recorded first (a journal drained
+    # late, or `hookledger import ~/.codex/sessions` afterwards); the rollout then adds
+    # the token usage. Each turn's usage belongs to the batch of its prompt, as when the
+    # rollout alone is imported. Before, the rollout's facts named no prompt, so all of
+    # the session's usage (and cost) went to the last batch.
+    records = [json.loads(line) for line in BIG_ROLLOUT.read_text().splitlines() if line.strip()]
+    hooks = _hooks_of(records)
+    services = build(settings)
+    try:
+        for n, h in enumerate(hooks):
+            assert (
+                ingest_hook(services.ledger, "codex", json.dumps(h).encode(), f"c-{n}").error
+                is None
+            )
+        import_paths(services.ledger, [BIG_ROLLOUT])
+    finally:
+        services.close()
+    alone = build(other_settings)
+    try:
+        import_paths(alone.ledger, [BIG_ROLLOUT])
+    finally:
+        alone.close()
+    after_hooks, rollout_only = _batches(settings), _batches(other_settings)
+    assert len(after_hooks) == 13
+    assert after_hooks == rollout_only
+    # the rollout's session_meta (its Started, before its first prompt) is history: it
+    # does not move the session back to ACTIVE after the hooks' prompts
+    services = build(settings)
+    try:
+        (s,) = queries.list_sessions(services.models, agent="codex")
+        history = queries.get_session(services.models, s["id"])["status_history"]
+        assert [h["cause"] for h in history].count("Started") == 1
     finally:
         services.close()

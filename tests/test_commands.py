@@ -240,3 +240,24 @@ def test_cli_session_commands(settings: Settings) -> None:
     assert cli(settings, "session", "pause", sid, "--at", "3", check=False).returncode == 2
     shown = json.loads(cli(settings, "show", fork["fork_id"], "--json").stdout)
     assert shown["status"] == "PAUSED" and shown["parent_id"] == sid
+
+
+def test_a_negative_limit_or_offset_of_the_session_list_is_refused(
+    services: Services, client: TestClient
+) -> None:
+    # PostgreSQL refuses OFFSET -1 (the list answered 500); SQLite ignored it, and a
+    # negative limit gave an empty page. Both are now a 400 with the reason.
+    _start(services, "listed")
+    for query in ("offset=-1", "limit=-1", "limit=abc"):
+        r = client.get(f"/v1/sessions?{query}")
+        assert r.status_code == 400, (query, r.text)
+        assert "limit" in r.json()["error"]
+    assert [s["external_id"] for s in client.get("/v1/sessions?offset=0").json()["sessions"]] == [
+        "listed"
+    ]
+
+
+def test_a_negative_sessions_limit_is_a_usage_error(settings: Settings) -> None:
+    # on PostgreSQL `LIMIT -1` is an error (a traceback); on SQLite it listed everything
+    out = cli(settings, "sessions", "--limit", "-1", check=False)
+    assert out.returncode == 2 and b"--limit" in out.stderr

@@ -23,6 +23,7 @@ from ledger.ingest import ingest_hook
 from ledger.jobs import JobConfig
 from ledger.lifecycle import DECISION_KINDS
 from ledger.observation import session_id
+from projections import queries
 from projections.runner import PROJECTION_CLASSES
 
 from conftest import FIXTURES, Server, cli
@@ -201,6 +202,115 @@ def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
         (2, False, ("toolu_b",)),
     ]
     assert _snapshot(services, sid)["tool_calls"] == [("toolu_a", 1), ("toolu_b", 2)]
+
+
+def test_tool_calls_a_transcript_adds_after_the_hooks_stay_in_their_prompts_batches(
+    services: Services,
+) -> None:
+    # The hooks delivered the session's prompts and stops but not its tool calls (hooks
+    # installed without the tool events, or failing); the transcript imported after the
+    # last Stop brings the 27 calls, each in the batch of the prompt it follows. The
+    # liveness job must not take them for activity recorded while no batch was open:
+    # before, it attached all of them to the latest batch ({1: 11, 2: 1, 3: 15} became
+    # {3: 27}).
+    records = [json.loads(line) for line in FOUR.read_bytes().splitlines()]
+    external = next(r["sessionId"] for r in records if r.get("sessionId"))
+    cwd = next(r["cwd"] for r in records if r.get("cwd"))
+    sid = str(session_id("claude-code", external))
+    timed = [r for r in records if r.get("timestamp") and not r.get("isSidechain")]
+    common = {"session_id": external, "cwd": cwd, "transcript_path": str(FOUR)}
+    hooks = [
+        (timed[0]["timestamp"], {**common, "hook_event_name": "SessionStart", "source": "startup"})
+    ]
+    expected: dict[int, int] = {}
+    batch = 0
+    for i, r in enumerate(timed):
+        if _is_prompt(r):
+            if batch:
+                hooks.append((timed[i - 1]["timestamp"], {**common, "hook_event_name": "Stop"}))
+            batch += 1
+            hooks.append(
+                (
+                    r["timestamp"],
+                    {
+                        **common,
+                        "hook_event_name": "UserPromptSubmit",
+                        "prompt": r["message"]["content"],
+                    },
+                )
+            )
+        content = r["message"].get("content") if isinstance(r.get("message"), dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                expected[batch] = expected.get(batch, 0) + 1
+    hooks.append((timed[-1]["timestamp"], {**common, "hook_event_name": "Stop"}))
+    for n, (at, body) in enumerate(hooks):
+        outcome = ingest_hook(
+            services.ledger, "claude-code", json.dumps(body).encode(), f"h{n}", _time(at)
+        )
+        assert outcome.error is None
+    import_paths(services.ledger, [FOUR])
+
+    def per_batch() -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for _, b in _snapshot(services, sid)["tool_calls"]:
+            counts[b] = counts.get(b, 0) + 1
+        return counts
+
+    assert expected == {1: 11, 2: 1, 3: 15}
+    services.runner.catch_up()
+    assert per_batch() == expected
+    run_jobs(services, _time(timed[-1]["timestamp"]) + timedelta(hours=2))
+    assert per_batch() == expected
+
+
+def test_a_transcripts_records_before_its_first_prompt_imported_after_the_hooks_stay_before_it(
+    services: Services,
+) -> None:
+    # full-session-four opens with the `/clear` that started it, before its first prompt.
+    # The hooks (prompts, calls, stops) were recorded first, the transcript after the
+    # last Stop. The `/clear` belongs before the first prompt (batch 0), and it is
+    # history: the session stays WAITING. Before, it landed in the latest batch and moved
+    # the session to PROCESSING, a transition dated before every other.
+    records = [json.loads(line) for line in FOUR.read_bytes().splitlines()]
+    external = next(r["sessionId"] for r in records if r.get("sessionId"))
+    cwd = next(r["cwd"] for r in records if r.get("cwd"))
+    sid = str(session_id("claude-code", external))
+    timed = [r for r in records if r.get("timestamp") and not r.get("isSidechain")]
+    common = {"session_id": external, "cwd": cwd, "transcript_path": str(FOUR)}
+    hooks = [(timed[0]["timestamp"], {**common, "hook_event_name": "SessionStart"})]
+    for i, r in enumerate(timed):
+        if _is_prompt(r):
+            if len(hooks) > 1:
+                hooks.append((timed[i - 1]["timestamp"], {**common, "hook_event_name": "Stop"}))
+            prompt = {
+                **common,
+                "hook_event_name": "UserPromptSubmit",
+                "prompt": r["message"]["content"],
+            }
+            hooks.append((r["timestamp"], prompt))
+        content = r["message"].get("content") if isinstance(r.get("message"), dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                call = {
+                    "tool_name": block["name"],
+                    "tool_input": block["input"],
+                    "tool_use_id": block["id"],
+                }
+                hooks.append((r["timestamp"], {**common, "hook_event_name": "PreToolUse", **call}))
+    hooks.append((timed[-1]["timestamp"], {**common, "hook_event_name": "Stop"}))
+    for n, (at, body) in enumerate(hooks):
+        outcome = ingest_hook(
+            services.ledger, "claude-code", json.dumps(body).encode(), f"h{n}", _time(at)
+        )
+        assert outcome.error is None
+    import_paths(services.ledger, [FOUR])
+    services.runner.catch_up()
+    (row,) = queries.list_sessions(services.models)
+    detail = queries.get_session(services.models, sid)
+    assert row["status"] == "WAITING"
+    assert [(i["batch"], i["text"]) for i in detail["inputs"]] == [(0, "/clear")]
+    assert [h["to_status"] for h in detail["status_history"]][-1] == "WAITING"
 
 
 def test_sessions_ended_long_ago_are_archived(services: Services) -> None:

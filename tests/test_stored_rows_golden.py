@@ -37,7 +37,24 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "84041187b08d812333a4563e42c9aa3053b8943fe4a73cc08db38ccdcd7a3819"
+EXPECTED_SHA256 = "648c9f48485494af6de4d0af629d3fd538bc55afd59eace618bcbfc703d56c72"
+# Re-derived on 2026-11-27 (review-user), later: a transcript's (or rollout's) facts that
+# no prompt of their file precedes (``BEFORE_FIRST_PROMPT``), recorded after the hooks'
+# prompts, go to batch 0 and are history (no status change). Two streams change, both a
+# hook-captured session whose transcript this test imports after its hooks: 3094b661
+# (coorp 4f65f198: the `/prime` command's turn, before the first human prompt, 142 rows
+# batch 3 -> 0; with its TurnEnded now history, 847 later rows keep the hooks' status
+# PROCESSING instead of WAITING; 983 rows differ) and 511c0b4b (attio 8664c04e: one
+# `system` record batch 3 -> 0; its 212 rows from there on differ in their digest).
+# Re-derived on 2026-11-27 (review-user): a Codex rollout's facts name the prompt they
+# follow (``after_prompt``), as a Claude Code transcript's do, so a rollout imported
+# after the hooks puts each turn's usage in its prompt's batch. A fact of a turn after
+# that turn ended (``turn_aborted`` / ``task_complete``, no new prompt yet) is then
+# history and leaves the status WAITING, as in a transcript. The same 7,377 rows at the
+# same positions; two streams change, compared row by row against 1ad1dbd: 20 rows of
+# the rollouts 01997e76-… (9) and 019fc8be-… (the 0.146 drift rollout, 11) have
+# ``status`` WAITING instead of PROCESSING, and the rows of those two streams from the
+# first of them on differ in their digest only (752 rows in all).
 # Re-derived on 2026-11-25 after merging fix-subagent into main (which had fix-cursor):
 # both changes below, in disjoint streams (the drift subagent's 5 rows; fix-cursor's 19
 # streams); the hash of the two together.

@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from api.bootstrap import Services
+from api.bootstrap import Services, build
+from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.parsing import HEAD_BYTES
 from projections import queries
 
 import ccusage_ref
 import oracle
-from conftest import FIXTURES
+from conftest import FIXTURES, cli
 
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 # ccusage reads usage only from lines containing exactly '"usage":{' — these synthetic
@@ -289,6 +290,39 @@ def test_session_references_resolve_by_unique_prefix(services: Services) -> None
     # LIKE's wildcards are taken literally
     assert queries.find_session_id(models, "%") is None
     assert queries.find_session_id(models, "258c7280_ae70") is None
+
+
+def test_every_command_taking_a_session_says_when_a_prefix_is_ambiguous(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # `show` listed the sessions an ambiguous prefix matches; `summaries show`,
+    # `search --session`, `session <command>` and `export --session` said "no such
+    # session" for a prefix that starts two sessions' ids.
+    services = build(settings)
+    try:
+        import_paths(services.ledger, [FIXTURES / "spotter-claude-transcripts"])
+        services.runner.catch_up()
+        children = sorted(
+            r["id"]
+            for r in queries.list_sessions(services.models)
+            if r["external_id"].startswith("258c7280-ae70-4798-800f-63464d01a85d/agent")
+        )
+    finally:
+        services.close()
+    ambiguous = "258c7280-ae70-4798-800f-63464d01a85d/agent"
+    for args in (
+        ("show", ambiguous),
+        ("summaries", "show", ambiguous),
+        ("search", "--session", ambiguous, "commit"),
+        ("session", "pause", ambiguous),
+        ("export", "--format", "jsonl", "--output", str(tmp_path / "out"), "--session", ambiguous),
+    ):
+        out = cli(settings, *args, check=False)
+        assert out.returncode != 0, args
+        assert b"no such session" not in out.stderr, (args, out.stderr)
+        assert all(c.encode() in out.stderr for c in children), (args, out.stderr)
+        unknown = cli(settings, *[a if a != ambiguous else "zzz" for a in args], check=False)
+        assert b"no such session: zzz" in unknown.stderr, (args, unknown.stderr)
 
 
 def test_a_byte_order_mark_before_the_first_line_is_ignored(

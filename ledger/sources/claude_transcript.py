@@ -28,7 +28,14 @@ from typing import Any
 import orjson
 
 from ledger import jsontext
-from ledger.observation import BATCH_OPENERS, Observation, Rejected, SessionRef, json_hash
+from ledger.observation import (
+    BATCH_OPENERS,
+    BEFORE_FIRST_PROMPT,
+    Observation,
+    Rejected,
+    SessionRef,
+    json_hash,
+)
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import CallCounter
 from ledger.sources.claude_common import (
@@ -159,7 +166,7 @@ class TranscriptParser:
                     ref, "RecordObserved", key, {"record_type": f"repeated:{rtype}"},
                     source_format=SOURCE_FORMAT, raw=line if not redactions else rec, record_key=key,
                     occurred_at=parse_time(rec.get("timestamp")),
-                    after_prompt=self.last_prompt_key.get(ref.external_id),
+                    after_prompt=self.last_prompt_key.get(ref.external_id, BEFORE_FIRST_PROMPT),
                     redactions=tuple(redactions),
                 )
                 return
@@ -237,7 +244,7 @@ class TranscriptParser:
             "source_version": version,
             "occurred_at": parse_time(rec.get("timestamp")),
             "record_key": record_key,
-            "after_prompt": self.last_prompt_key.get(ref.external_id),
+            "after_prompt": self.last_prompt_key.get(ref.external_id, BEFORE_FIRST_PROMPT),
         }
         facts: list[Observation] = []
         message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
@@ -366,7 +373,10 @@ class TranscriptParser:
             facts.append(done)
             if isinstance(tur, dict) and isinstance(tur.get("agentId"), str) and len(results) == 1:
                 agent_id = tur["agentId"]
-                facts.extend(subagent_link(ref, agent_id, _agent_type(agent_id), tool_use_id, common))
+                links = subagent_link(ref, agent_id, _agent_type(agent_id), tool_use_id, common)
+                for link in links[1:]:  # the child's: ``common`` names the parent's prompts
+                    link.after_prompt = None
+                facts.extend(links)
         return facts
 
     def _assistant(
@@ -485,6 +495,7 @@ def _sidechain_link(
     child = SessionRef(AGENT, child_ext, parent.external_id, "sidechain", parent.cwd)
     links[0].data["child_id"] = child.id
     links[0].data["child_external_id"] = child_ext
+    links[0].after_prompt = None  # the parent's link: ``common`` names the child's prompts
     links[1].session = child
     return links
 

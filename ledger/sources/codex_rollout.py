@@ -46,7 +46,7 @@ from uuid import UUID
 import orjson
 
 from ledger import jsontext
-from ledger.observation import Observation, Rejected, SessionRef
+from ledger.observation import BEFORE_FIRST_PROMPT, Observation, Rejected, SessionRef
 from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
 from ledger.sources.jsonl import (
@@ -115,6 +115,10 @@ class RolloutParser:
         """A fork's creation time (its ``session_meta``); None for a rollout that is no fork."""
         self.copy_state = "before"  # of a fork: "before" its history, "copying", "own"
         self.turn_ids_seen = False  # the copied history carries turn ids
+        self.last_prompt = BEFORE_FIRST_PROMPT
+        """The ``prompt:`` alias of the latest prompt: the facts after it name it
+        (``after_prompt``), so a rollout imported after the hooks puts each turn's facts
+        in that prompt's batch (the hooks' copy of the prompt shares the alias)."""
 
     @classmethod
     def for_file(cls, source: str) -> RolloutParser:
@@ -197,7 +201,9 @@ class RolloutParser:
             self._keep_baseline(rtype, ptype, payload)
             label = f"{rtype}:{ptype}" if ptype else rtype
             facts = [
-                Observation(ref, "RecordObserved", key, {"record_type": f"copied:{label}"}, **common)
+                Observation(
+                    ref, "RecordObserved", key, {"record_type": f"copied:{label}"}, **common
+                )
             ]
         elif rtype == "session_meta" and not self.started:
             self.started = True
@@ -229,6 +235,11 @@ class RolloutParser:
         if not facts:
             label = f"{rtype}:{ptype}" if ptype else rtype
             facts = [Observation(ref, "RecordObserved", key, {"record_type": label}, **common)]
+        for fact in facts:
+            if fact.kind == "PromptSubmitted":
+                self.last_prompt = fact.alias_keys[0]
+            else:
+                fact.after_prompt = self.last_prompt
         facts[0].raw = rec
         facts[0].redactions = d.redactions
         return facts
