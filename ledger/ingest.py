@@ -139,6 +139,9 @@ def parse_hook_body(
         except UnicodeDecodeError:
             reason = "not valid UTF-8 JSON"
         return _reject(source, capture_key, reason, body, agent, edge)
+    if jsontext.too_deep(payload):
+        reason = f"nested deeper than {jsontext.MAX_DEPTH} arrays and objects"
+        return _reject(source, capture_key, reason, body, agent, edge)
     try:
         # The body lets privacy skip the walk (or try only some secret rules).
         observations: list[Observation | Rejected] = [

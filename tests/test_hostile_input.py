@@ -4,12 +4,18 @@ stops nothing after it: not the writer, not the spool journal, not the projectio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from api.bootstrap import Services
-from ledger.ingest import ingest_hook
+from api.hot_path.hook_fast import journal_append, record_bytes
+from ledger.ingest import HOOK_PARSERS, ingest_hook
+from ledger.journal import JournalIngester
+from ledger.jsontext import MAX_DEPTH
 from ledger.session import Session
 from ledger.sources.claude_common import parse_time
 from projections import queries
+
+PROMPT = b'{"session_id":"j","hook_event_name":"UserPromptSubmit","prompt":"hi"}'
 
 
 def test_a_time_whose_utc_instant_no_datetime_holds_is_no_time(services: Services) -> None:
@@ -34,3 +40,40 @@ def test_a_time_whose_utc_instant_no_datetime_holds_is_no_time(services: Service
     for text in ("9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"):
         assert parse_time(text) is None
     assert parse_time("9999-12-31T23:59:59+01:00") is not None
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def test_a_hook_body_nested_deeper_than_the_store_takes_is_rejected_with_the_reason(
+    services: Services,
+) -> None:
+    # orjson reads 1,024 levels but writes 254: such a body parsed, then failed to be
+    # recorded (500, the body lost) and, spooled, failed its whole journal chunk at
+    # every drain, so no hook after it was ever recorded
+    for agent in HOOK_PARSERS:
+        for depth in (MAX_DEPTH - 1, 300, 1000):  # the body is one level more
+            body = b'{"session_id":"s","hook_event_name":"Stop","x":' + _nested(depth) + b"}"
+            outcome = ingest_hook(services.ledger, agent, body, f"{agent}-{depth}")
+            if depth < MAX_DEPTH and agent != "openclaw":  # openclaw: another shape
+                assert outcome.error is None, (agent, outcome.error)
+            elif depth >= MAX_DEPTH:
+                assert outcome.error == f"nested deeper than {MAX_DEPTH} arrays and objects"
+                assert outcome.result.rejected == 1
+
+
+def test_a_journal_record_nested_too_deep_is_rejected_and_the_rest_recorded(
+    services: Services, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    at = "2026-06-20T00:00:00.000Z"
+    deep = b'{"session_id":"j","hook_event_name":"Stop","x":' + _nested(300) + b"}"
+    for n, body in enumerate((PROMPT, deep, PROMPT.replace(b'"hi"', b'"again"'))):
+        journal_append(str(spool), record_bytes("claude-code", body, f"capture-{n}", at))
+    result = JournalIngester(spool, services.ledger.record).drain()
+    assert result.rejected == 1
+    assert not list(spool.glob("*.aside"))
+    services.runner.catch_up()
+    [session] = queries.list_sessions(services.models)
+    assert session["prompt_count"] == 2
