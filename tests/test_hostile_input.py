@@ -4,17 +4,20 @@ stops nothing after it: not the writer, not the spool journal, not the projectio
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from api.bootstrap import Services
 from api.hot_path.hook_fast import journal_append, record_bytes
 from ledger.ingest import HOOK_PARSERS, ingest_hook
-from ledger.journal import JournalIngester
+from ledger.journal import JOURNAL, JournalIngester
 from ledger.jsontext import MAX_DEPTH
 from ledger.session import Session
 from ledger.sources.claude_common import parse_time
 from projections import queries
 
+HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
 PROMPT = b'{"session_id":"j","hook_event_name":"UserPromptSubmit","prompt":"hi"}'
 
 
@@ -77,3 +80,37 @@ def test_a_journal_record_nested_too_deep_is_rejected_and_the_rest_recorded(
     services.runner.catch_up()
     [session] = queries.list_sessions(services.models)
     assert session["prompt_count"] == 2
+
+
+def test_the_hot_path_journals_a_private_body_it_cannot_rewrite_as_json(
+    services: Services, tmp_path: Path
+) -> None:
+    # the hook dropped both (exit 0, "{}", the payload nowhere): json.dumps gave back the
+    # unpaired surrogate of a string cut inside an emoji, which UTF-8 cannot encode, and
+    # the walk of a body nested deeper than Python recurses raised RecursionError
+    cut = b'{"session_id":"e","hook_event_name":"UserPromptSubmit","prompt":"<private>s3kr1t</private> cut \\ud83d"}'
+    deep = b'{"session_id":"e","hook_event_name":"Stop","p":"<private>s3kr1t</private>","x":'
+    deep += _nested(5000) + b"}"
+    for body in (cut, deep):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-S",
+                str(HOOK_RUN),
+                "claude-code",
+                str(tmp_path),
+                "http://127.0.0.1:9",
+            ],
+            input=body,
+            capture_output=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"{}\n", b"")
+    spool = tmp_path / "spool"
+    assert b"s3kr1t" not in (spool / JOURNAL).read_bytes()
+    result = JournalIngester(spool, services.ledger.record).drain()
+    assert result.rejected == 1  # the deep one, kept with its reason
+    [prompt] = [
+        e for _, e in services.ledger.read_log(0, 10) if isinstance(e, Session.PromptSubmitted)
+    ]
+    assert prompt.text == "[private] cut \ufffd"

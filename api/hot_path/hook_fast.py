@@ -443,20 +443,17 @@ def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
     a body that is not JSON is scanned as text (path ``$``). Returns (body, one
     ``{"kind": "private_tag", "path", "count"}`` per string that lost spans, with the
     JSON paths of :func:`ledger.privacy.strip_private`, e.g. ``$.tool_input.command``,
-    ``$.items[2]``, ``$.<key>`` for a key)."""
+    ``$.items[2]``, ``$.<key>`` for a key). An unpaired surrogate escape (``\\ud83d``,
+    a string cut inside an emoji) is written back as that escape, invalid UTF-8 as the
+    bytes it was; a body nested deeper than Python recurses is scanned as text."""
     import json
 
-    text = body.decode("utf-8", "surrogateescape")
+    try:
+        text, errors = body.decode("utf-8"), "backslashreplace"
+    except UnicodeDecodeError:
+        text, errors = body.decode("utf-8", "surrogateescape"), "surrogateescape"
     if "<" not in text and "\\u" not in text:
         return body, []
-    try:
-        value = json.loads(text)
-    except ValueError:
-        cleaned, n = strip_private_text(text)
-        if not n:
-            return body, []
-        found = [{"kind": "private_tag", "path": "$", "count": n}]
-        return cleaned.encode("utf-8", "surrogateescape"), found
     found: list[dict] = []
 
     def strip(v: str, path: str) -> str:
@@ -477,10 +474,18 @@ def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
             return [walk(x, f"{path}[{i}]") for i, x in enumerate(v)]
         return v
 
-    cleaned = walk(value, "$")
-    if not found:
-        return body, []
-    return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", "surrogateescape"), found
+    try:
+        cleaned = walk(json.loads(text), "$")
+        if not found:
+            return body, []
+        return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", errors), found
+    except (ValueError, RecursionError):  # not JSON, too deep, or unencodable: as text
+        cleaned, n = strip_private_text(text)
+        if not n:
+            return body, []
+        return cleaned.encode("utf-8", "surrogateescape"), [
+            {"kind": "private_tag", "path": "$", "count": n}
+        ]
 
 
 # -- talking to the server (only SessionStart and remote mode) -----------------------
