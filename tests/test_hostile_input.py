@@ -114,3 +114,19 @@ def test_the_hot_path_journals_a_private_body_it_cannot_rewrite_as_json(
         e for _, e in services.ledger.read_log(0, 10) if isinstance(e, Session.PromptSubmitted)
     ]
     assert prompt.text == "[private] cut \ufffd"
+
+
+def test_a_journal_header_with_a_length_of_5000_digits_is_broken_framing(
+    services: Services, tmp_path: Path
+) -> None:
+    # int() refuses more than 4,300 digits: the ValueError failed POST /v1/journal (500,
+    # the body lost) and, in the spool, every drain
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    bad = b"HLJ1 k1 2026-06-20T00:00:00.000Z claude-code " + b"9" * 5000 + b"\n{}\n"
+    good = record_bytes("claude-code", PROMPT, "capture-2", "2026-06-20T00:00:00.000Z")
+    (spool / JOURNAL).write_bytes(bad + good)
+    result = JournalIngester(spool, services.ledger.record).drain()
+    assert result.rejected == 1
+    kinds = [type(e).__name__ for _, e in services.ledger.read_log(0, 10)]
+    assert kinds.count("InputRejected") == kinds.count("PromptSubmitted") == 1
