@@ -130,3 +130,30 @@ def test_a_journal_header_with_a_length_of_5000_digits_is_broken_framing(
     assert result.rejected == 1
     kinds = [type(e).__name__ for _, e in services.ledger.read_log(0, 10)]
     assert kinds.count("InputRejected") == kinds.count("PromptSubmitted") == 1
+
+
+def test_nul_characters_reach_the_read_models_on_both_backends(services: Services) -> None:
+    # PostgreSQL text cannot hold NUL: the first event with one in a string stopped every
+    # projection there (DataError at each catch-up), and every read after it failed
+    bodies = [
+        {"session_id": "n\u0000l", "hook_event_name": "UserPromptSubmit", "prompt": "a\u0000b"},
+        {
+            "session_id": "n\u0000l",
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Bash\u0000",
+            "tool_input": {"command": "printf '\\0'", "k\u0000": "\u0000"},
+            "tool_use_id": "t\u0000",
+        },
+    ]
+    for n, body in enumerate(bodies):
+        outcome = ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), f"k{n}")
+        assert outcome.error is None
+    services.runner.catch_up()
+    nul = "\ufffd" if services.settings.is_postgres else "\u0000"
+    [session] = queries.list_sessions(services.models)
+    assert session["external_id"] == f"n{nul}l"
+    assert (session["prompt_count"], session["tool_call_count"]) == (1, 1)
+    [prompt] = [
+        e for _, e in services.ledger.read_log(0, 10) if isinstance(e, Session.PromptSubmitted)
+    ]
+    assert prompt.text == "a\u0000b"  # the event keeps it
