@@ -157,3 +157,37 @@ def test_nul_characters_reach_the_read_models_on_both_backends(services: Service
         e for _, e in services.ledger.read_log(0, 10) if isinstance(e, Session.PromptSubmitted)
     ]
     assert prompt.text == "a\u0000b"  # the event keeps it
+
+
+def test_a_count_beyond_what_a_64_bit_column_sums_is_no_count(services: Services) -> None:
+    # a token count of 2**63 was recorded and stopped the projections at it (SQLite:
+    # OverflowError, PostgreSQL: bigint out of range); 1e30 (orjson reads it as a
+    # float, taken as an int) failed the recording itself: orjson writes no int > 2**64
+    for n, count in enumerate(("9223372036854775808", "18446744073709551615", "1e30")):
+        payload = {
+            "session_id": "big",
+            "hook_event_name": "AfterModel",
+            "llm_request": {"n": n},
+            "llm_response": {
+                "candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}],
+                "usageMetadata": {"promptTokenCount": "COUNT", "candidatesTokenCount": 1},
+            },
+        }
+        body = json.dumps(payload).replace('"COUNT"', count)
+        outcome = ingest_hook(services.ledger, "gemini", body.encode(), f"usage-{n}")
+        assert outcome.error is None
+    post = {
+        "session_id": "big",
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Bash",
+        "tool_use_id": "t1",
+        "tool_input": {},
+        "tool_response": {},
+        "duration_ms": 2**63,
+    }
+    assert ingest_hook(services.ledger, "claude-code", json.dumps(post).encode(), "k").error is None
+    services.runner.catch_up()
+    sessions = {s["agent"]: s for s in queries.list_sessions(services.models)}
+    assert sessions["gemini"]["input_tokens"] == 0
+    assert sessions["gemini"]["output_tokens"] == 3
+    assert sessions["claude-code"]["tool_call_count"] == 1

@@ -28,7 +28,14 @@ from typing import Any
 import orjson
 
 from ledger import jsontext
-from ledger.observation import BATCH_OPENERS, Observation, Rejected, SessionRef, json_hash
+from ledger.observation import (
+    BATCH_OPENERS,
+    MAX_COUNT,
+    Observation,
+    Rejected,
+    SessionRef,
+    json_hash,
+)
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import CallCounter
 from ledger.sources.claude_common import (
@@ -513,8 +520,8 @@ def _int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+        return value if -MAX_COUNT <= value <= MAX_COUNT else None
+    if isinstance(value, float) and value.is_integer() and -MAX_COUNT <= value <= MAX_COUNT:
         return int(value)
     return None
 
