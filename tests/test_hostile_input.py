@@ -10,12 +10,15 @@ from pathlib import Path
 
 from api.bootstrap import Services
 from api.hot_path.hook_fast import journal_append, record_bytes
+from ledger.importer import import_paths
 from ledger.ingest import HOOK_PARSERS, ingest_hook
 from ledger.journal import JOURNAL, JournalIngester
 from ledger.jsontext import MAX_DEPTH
 from ledger.session import Session
 from ledger.sources.claude_common import parse_time
 from projections import queries
+
+from conftest import FIXTURES
 
 HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
 PROMPT = b'{"session_id":"j","hook_event_name":"UserPromptSubmit","prompt":"hi"}'
@@ -191,3 +194,31 @@ def test_a_count_beyond_what_a_64_bit_column_sums_is_no_count(services: Services
     assert sessions["gemini"]["input_tokens"] == 0
     assert sessions["gemini"]["output_tokens"] == 3
     assert sessions["claude-code"]["tool_call_count"] == 1
+
+
+def test_an_import_goes_on_past_a_record_its_parser_cannot_read(
+    services: Services, tmp_path: Path
+) -> None:
+    # a transcript's "type" that is a list made format detection raise TypeError, and a
+    # Gemini message whose toolCalls is true made its parser raise: the import stopped
+    # with a traceback, recording nothing of the run
+    drift = FIXTURES / "agent-sessions-schema-drift"
+    claude = (drift / "claude_small.jsonl").read_bytes().split(b"\n")
+    first = json.loads(claude[0])
+    first["type"] = ["user"]
+    (tmp_path / "a-claude.jsonl").write_bytes(b"\n".join([json.dumps(first).encode(), *claude[1:]]))
+    gemini = (drift / "gemini_jsonl_v040.jsonl").read_bytes().split(b"\n")
+    reply = json.loads(gemini[3])
+    assert reply["type"] == "gemini"
+    reply["toolCalls"] = True
+    gemini[3] = json.dumps(reply).encode()
+    (tmp_path / "b-gemini.jsonl").write_bytes(b"\n".join(gemini))
+    summary = import_paths(services.ledger, [tmp_path], workers=0)
+    assert summary.files == 1  # the transcript
+    [(path, reason)] = summary.skipped
+    assert path.endswith("b-gemini.jsonl")
+    assert reason.startswith("parsing stopped at a record it cannot read: TypeError")
+    services.runner.catch_up()
+    sessions = {s["agent"]: s for s in queries.list_sessions(services.models)}
+    assert sessions["claude-code"]["prompt_count"] >= 1
+    assert sessions["gemini"]["prompt_count"] == 1  # read before the record it stopped at
