@@ -3,6 +3,7 @@ stops nothing after it: not the writer, not the spool journal, not the projectio
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from api.bootstrap import Services
 from api.hot_path.hook_fast import journal_append, record_bytes
+from ledger.agent_runner import run_agent
 from ledger.importer import import_paths
 from ledger.ingest import HOOK_PARSERS, ingest_hook
 from ledger.journal import JOURNAL, JournalIngester
@@ -21,6 +23,7 @@ from projections import queries
 from conftest import FIXTURES
 
 HOOK_RUN = Path(__file__).resolve().parent.parent / "api" / "hot_path" / "run.py"
+FAKE_AGENT = Path(__file__).parent / "tools" / "fake_agent.py"
 PROMPT = b'{"session_id":"j","hook_event_name":"UserPromptSubmit","prompt":"hi"}'
 
 
@@ -222,3 +225,24 @@ def test_an_import_goes_on_past_a_record_its_parser_cannot_read(
     sessions = {s["agent"]: s for s in queries.list_sessions(services.models)}
     assert sessions["claude-code"]["prompt_count"] >= 1
     assert sessions["gemini"]["prompt_count"] == 1  # read before the record it stopped at
+
+
+def test_a_run_goes_on_past_a_line_its_parser_cannot_read(
+    services: Services, tmp_path: Path
+) -> None:
+    # an item whose "type" is a list made the exec parser raise TypeError: hookledger run
+    # stopped with a traceback, passed no more of the agent's output on (closing the pipe
+    # the agent writes to) and recorded neither the rest nor the run's end
+    lines = (FIXTURES / "agentcmd-codex-exec-json" / "stream-output-1.jsonl").read_bytes()
+    lines = lines.split(b"\n")
+    assert lines[2].startswith(b'{"type":"item.completed","item":{"id":"item_0","type":"reasoning"')
+    lines[2] = lines[2].replace(b'"type":"reasoning"', b'"type":["reasoning"]')
+    recording = tmp_path / "stream.jsonl"
+    recording.write_bytes(b"\n".join(lines))
+    out = io.BytesIO()
+    outcome = run_agent(services.ledger, [sys.executable, str(FAKE_AGENT), str(recording)], out=out)
+    assert out.getvalue() == recording.read_bytes().rstrip(b"\n") + b"\n"
+    assert outcome.outcome == "completed" and outcome.recorded.rejected == 1
+    services.runner.catch_up()
+    [session] = queries.list_sessions(services.models)
+    assert session["status"] == "COMPLETED" and session["output_tokens"] > 0
