@@ -149,6 +149,9 @@ def parse_hook_body(
         ]
     except claude_hooks.HookPayloadError as e:
         return _reject(source, capture_key, str(e), body, agent, edge)
+    except Exception as e:  # a shape its parser does not expect: kept, with the reason
+        reason = f"the {agent} hook parser cannot read it: {type(e).__name__}: {e}"
+        return _reject(source, capture_key, reason, body, agent, edge)
     if edge and observations and isinstance(observations[0], Observation):
         observations[0].redactions = (*edge, *observations[0].redactions)
     return observations, None

@@ -246,3 +246,31 @@ def test_a_run_goes_on_past_a_line_its_parser_cannot_read(
     services.runner.catch_up()
     [session] = queries.list_sessions(services.models)
     assert session["status"] == "COMPLETED" and session["output_tokens"] > 0
+
+
+def test_a_hook_body_its_parser_cannot_read_is_rejected_and_the_journal_goes_on(
+    services: Services, tmp_path: Path
+) -> None:
+    # a Gemini AfterModel whose candidates is a number made the parser raise TypeError
+    # out of parse_hook_body: POST /v1/hooks answered 500 with nothing recorded, and a
+    # spooled one failed its journal chunk at every drain (no later hook recorded)
+    after_model = {
+        "session_id": "g",
+        "hook_event_name": "AfterModel",
+        "llm_request": {"model": "m"},
+        "llm_response": {"candidates": 7},
+    }
+    body = json.dumps(after_model).encode()
+    outcome = ingest_hook(services.ledger, "gemini", body, "k1")
+    assert outcome.error == (
+        "the gemini hook parser cannot read it: TypeError: 'int' object is not iterable"
+    )
+    assert outcome.result.rejected == 1
+    spool = tmp_path / "spool"
+    at = "2026-06-20T00:00:00.000Z"
+    journal_append(str(spool), record_bytes("gemini", body, "k2", at))
+    journal_append(str(spool), record_bytes("claude-code", PROMPT, "k3", at))
+    result = JournalIngester(spool, services.ledger.record).drain()
+    assert result.rejected == 1
+    kinds = [type(e).__name__ for _, e in services.ledger.read_log(0, 20)]
+    assert kinds.count("PromptSubmitted") == 1
