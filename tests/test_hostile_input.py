@@ -274,3 +274,39 @@ def test_a_hook_body_its_parser_cannot_read_is_rejected_and_the_journal_goes_on(
     assert result.rejected == 1
     kinds = [type(e).__name__ for _, e in services.ledger.read_log(0, 20)]
     assert kinds.count("PromptSubmitted") == 1
+
+
+def test_a_redaction_path_never_holds_what_a_key_had_removed(
+    services: Services, tmp_path: Path
+) -> None:
+    # the path of a span removed under a key was built from the key as it came: a secret
+    # or a private span in the key was stored in the event's redactions (and in the
+    # journal header the hook wrote)
+    token = "ghp_" + "a1B2" * 9
+    payload = {
+        "session_id": "p",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "hi",
+        token: "a <private>b</private>",
+        "<private>topsecret</private>": {"q": "<private>z</private>"},
+    }
+    body = json.dumps(payload).encode()
+    done = subprocess.run(
+        [sys.executable, "-S", str(HOOK_RUN), "claude-code", str(tmp_path), "http://127.0.0.1:9"],
+        input=body,
+        capture_output=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"{}\n", b"")
+    journal = (tmp_path / "spool" / JOURNAL).read_bytes()
+    assert token.encode() not in journal and b"topsecret" not in journal
+    JournalIngester(tmp_path / "spool", services.ledger.record).drain()
+    ingest_hook(services.ledger, "claude-code", body, "direct")  # the server's own walk
+    prompts = [
+        e for _, e in services.ledger.read_log(0, 10) if isinstance(e, Session.PromptSubmitted)
+    ]
+    assert len(prompts) == 2
+    for prompt in prompts:
+        paths = {r.path for r in prompt.redactions}
+        assert "$.[redacted:github_pat]" in paths and "$.[private].q" in paths
+        assert token not in str(prompt.redactions) and "topsecret" not in str(prompt.redactions)

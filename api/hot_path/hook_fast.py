@@ -261,6 +261,13 @@ def redact_secrets_body(body: bytes) -> tuple[bytes, list[dict]]:
     return text.encode("utf-8", "surrogateescape"), redactions
 
 
+def _redact_path(path: str) -> str:
+    """A JSON path with the secrets in its keys redacted (as the server's cleaned keys)."""
+    return redact_secrets_body(path.encode("utf-8", "surrogateescape"))[0].decode(
+        "utf-8", "surrogateescape"
+    )
+
+
 def encode_redactions(redactions: list[dict]) -> bytes:
     """``redactions`` as compact ASCII JSON (no spaces: it is one field of a journal
     header, and an HTTP header value), ``b""`` for none. Longer than
@@ -466,10 +473,11 @@ def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
         if isinstance(v, str):
             return strip(v, path)
         if isinstance(v, dict):
-            return {
-                (strip(k, path + ".<key>") if isinstance(k, str) else k): walk(x, f"{path}.{k}")
-                for k, x in v.items()
-            }
+            out = {}
+            for k, x in v.items():
+                key = strip(k, path + ".<key>") if isinstance(k, str) else k
+                out[key] = walk(x, f"{path}.{key}")  # the path never holds a removed span
+            return out
         if isinstance(v, list):
             return [walk(x, f"{path}[{i}]") for i, x in enumerate(v)]
         return v
@@ -725,6 +733,8 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
         body, removed = strip_private_body(body)
     if may_hold_secret(body):
         body, secrets = redact_secrets_body(body)
+        if secrets:  # a key named in the paths of the spans removed may hold a secret too
+            removed = [{**r, "path": _redact_path(r["path"])} for r in removed]
         removed += secrets
     redactions = encode_redactions(removed)
     if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):
