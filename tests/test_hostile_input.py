@@ -310,3 +310,30 @@ def test_a_redaction_path_never_holds_what_a_key_had_removed(
         paths = {r.path for r in prompt.redactions}
         assert "$.[redacted:github_pat]" in paths and "$.[private].q" in paths
         assert token not in str(prompt.redactions) and "topsecret" not in str(prompt.redactions)
+
+
+def test_a_space_in_a_redaction_path_does_not_break_the_journal_record(
+    services: Services, tmp_path: Path
+) -> None:
+    # the redactions go in the journal record's header, whose fields are split at
+    # spaces: a <private> span under a key with a space ("my key") made the header
+    # bad, and the whole hook was kept as a malformed journal record, not recorded
+    payload = {
+        "session_id": "sp",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "hi",
+        "tool_input": {"my key": "<private>x</private>"},
+    }
+    done = subprocess.run(
+        [sys.executable, "-S", str(HOOK_RUN), "claude-code", str(tmp_path), "http://127.0.0.1:9"],
+        input=json.dumps(payload).encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, b"")
+    result = JournalIngester(tmp_path / "spool", services.ledger.record).drain()
+    assert result.rejected == 0
+    [prompt] = [
+        e for _, e in services.ledger.read_log(0, 10) if isinstance(e, Session.PromptSubmitted)
+    ]
+    assert [r.path for r in prompt.redactions] == ["$.tool_input.my key"]

@@ -270,14 +270,15 @@ def _redact_path(path: str) -> str:
 
 def encode_redactions(redactions: list[dict]) -> bytes:
     """``redactions`` as compact ASCII JSON (no spaces: it is one field of a journal
-    header, and an HTTP header value), ``b""`` for none. Longer than
-    :data:`MAX_REDACTIONS_BYTES`: one ``{kind, path: "$", count: total}`` per kind
-    instead, so the counts survive and the header stays small."""
+    header, and an HTTP header value; a space in a path, from a key, is ``\\u0020``),
+    ``b""`` for none. Longer than :data:`MAX_REDACTIONS_BYTES`: one ``{kind, path: "$",
+    count: total}`` per kind instead, so the counts survive and the header stays small."""
     if not redactions:
         return b""
     import json
 
     found = json.dumps(redactions, separators=(",", ":"), ensure_ascii=True).encode()
+    found = found.replace(b" ", b"\\u0020")  # only inside strings: the separators have none
     if len(found) <= MAX_REDACTIONS_BYTES:
         return found
     totals: dict[str, int] = {}
