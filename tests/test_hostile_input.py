@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from starlette.testclient import TestClient
+
+from api.app import create_app
 from api.bootstrap import Services
 from api.hot_path.hook_fast import journal_append, record_bytes
 from ledger.agent_runner import run_agent
@@ -337,3 +340,27 @@ def test_a_space_in_a_redaction_path_does_not_break_the_journal_record(
         e for _, e in services.ledger.read_log(0, 10) if isinstance(e, Session.PromptSubmitted)
     ]
     assert [r.path for r in prompt.redactions] == ["$.tool_input.my key"]
+
+
+def test_costs_whose_sum_overflows_to_infinity_are_no_costs(
+    services: Services, tmp_path: Path
+) -> None:
+    # two reported costs of 1.7e308 summed to inf in the read models, which JSON cannot
+    # carry: GET /v1/sessions answered 500 for every client from then on
+    lines = (FIXTURES / "claude_code-elixir-stream-json" / "create_file.jsonl").read_text()
+    out = []
+    for line in lines.splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "result":
+            rec["total_cost_usd"] = 1.7e308
+            out += [json.dumps(rec), json.dumps({**rec, "result": "again"})]
+        else:
+            out.append(line)
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text("\n".join(out) + "\n")
+    assert import_paths(services.ledger, [stream]).result.appended > 0
+    services.runner.catch_up()
+    with TestClient(create_app(services)) as client:
+        assert client.get("/v1/sessions?totals=1").status_code == 200
+    [session] = queries.list_sessions(services.models)
+    assert session["agent_cost_usd"] is None
