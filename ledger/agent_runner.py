@@ -226,9 +226,9 @@ class _Recorder:
             self._start(fmt)
             pending, self.pending = self.pending, []
             for pline, ploc in pending:
-                self._record(self.parser.feed_line(pline, ploc), pline)
+                self._record(self._parse(pline, ploc), pline)
             return
-        self._record(self.parser.feed_line(line, location), line)
+        self._record(self._parse(line, location), line)
 
     @property
     def completed_turn(self) -> str | None:
@@ -250,7 +250,7 @@ class _Recorder:
                 self._start(fmt)
                 pending, self.pending = self.pending, []
                 for pline, ploc in pending:
-                    self._record(self.parser.feed_line(pline, ploc), pline)
+                    self._record(self._parse(pline, ploc), pline)
             else:
                 reason = "output of an agent whose stream format was not recognised"
                 rejected = [
@@ -298,6 +298,16 @@ class _Recorder:
     def _start(self, fmt: str) -> None:
         self.fmt = fmt
         self.parser = _PARSERS[fmt][1](self.source, session_override=self.override, emit_end=False)
+
+    def _parse(self, line: bytes, location: str) -> list[Observation | Rejected]:
+        """The parser's facts of one line; a line it cannot read is kept as rejected input
+        with the reason, and the run goes on (its output still reaches the reader)."""
+        try:
+            return list(self.parser.feed_line(line, location))
+        except Exception as e:
+            assert self.fmt is not None
+            reason = f"the {self.fmt} parser cannot read this line: {type(e).__name__}: {e}"
+            return [Rejected(self.source, location, reason, line, _PARSERS[self.fmt][0], self.fmt)]
 
     def _session(self) -> SessionRef:
         if self.parser is not None and self.parser.session is not None:

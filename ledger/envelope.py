@@ -22,6 +22,8 @@ import orjson
 from eventsourcing.domain import CanMutateAggregate
 from pydantic import BaseModel, ConfigDict
 
+from ledger import jsontext
+
 
 class Redaction(BaseModel):
     """One privacy redaction applied to a record before it was stored.
@@ -132,9 +134,11 @@ def canonical_bytes(event: BaseModel) -> bytes:
 
 
 def raw_record(event: LedgerEvent) -> Any:
-    """The event's raw source record as a JSON value (None when it has none)."""
+    """The event's raw source record as a JSON value (None when it has none), read as
+    :func:`ledger.jsontext.loads` reads agent JSON (an unpaired surrogate escape, which
+    a source line may hold, as U+FFFD)."""
     raw = event.raw
-    return orjson.loads(raw) if isinstance(raw, str) else raw
+    return jsontext.loads(raw) if isinstance(raw, str) else raw
 
 
 def _link(previous: str, canonical: bytes) -> str:

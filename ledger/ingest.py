@@ -139,6 +139,9 @@ def parse_hook_body(
         except UnicodeDecodeError:
             reason = "not valid UTF-8 JSON"
         return _reject(source, capture_key, reason, body, agent, edge)
+    if jsontext.too_deep(payload):
+        reason = f"nested deeper than {jsontext.MAX_DEPTH} arrays and objects"
+        return _reject(source, capture_key, reason, body, agent, edge)
     try:
         # The body lets privacy skip the walk (or try only some secret rules).
         observations: list[Observation | Rejected] = [
@@ -146,6 +149,9 @@ def parse_hook_body(
         ]
     except claude_hooks.HookPayloadError as e:
         return _reject(source, capture_key, str(e), body, agent, edge)
+    except Exception as e:  # a shape its parser does not expect: kept, with the reason
+        reason = f"the {agent} hook parser cannot read it: {type(e).__name__}: {e}"
+        return _reject(source, capture_key, reason, body, agent, edge)
     if edge and observations and isinstance(observations[0], Observation):
         observations[0].redactions = (*edge, *observations[0].redactions)
     return observations, None

@@ -81,7 +81,7 @@ def parse_journal(data: bytes) -> Iterator[JournalRecord | Malformed]:
             continue
         eol = data.find(b"\n", pos, pos + 8192)
         fields = data[pos:eol].split(b" ") if eol >= 0 else []
-        if len(fields) not in (5, 6) or not fields[4].isdigit():
+        if len(fields) not in (5, 6) or not fields[4].isdigit() or len(fields[4]) > 18:
             nxt = _resync(data, pos + 1)
             yield Malformed(pos, "bad journal record header", data[pos:nxt])
             pos = nxt

@@ -14,6 +14,11 @@ payload) holds U+FFFD there too.
 Every other failure is orjson's, unchanged: what the fallback would accept beyond
 orjson (``NaN``, ``Infinity``) is refused, and when the fallback fails too, orjson's
 error is raised.
+
+orjson reads arrays and objects nested up to 1,024 levels deep but writes at most 254
+(an event holds its payload a level or two further down), and the privacy walk
+recurses once per level: :func:`too_deep` tells a value nested deeper than
+:data:`MAX_DEPTH`, which the ledger keeps as rejected input instead.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any
 import orjson
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_DEPTH = 200
+"""Deepest nesting of arrays and objects in a value the ledger records as a fact."""
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
@@ -60,3 +67,21 @@ def _scrub(value: Any) -> Any:
     if isinstance(value, dict):
         return {_scrub(k): _scrub(v) for k, v in value.items()}
     return value
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (a decoded JSON value) nests arrays and objects more than
+    ``limit`` levels deep; a scalar is 0 levels. Level by level, without recursion."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        inner = []
+        for v in level:
+            for c in v.values() if isinstance(v, dict) else v:
+                if isinstance(c, dict | list):
+                    inner.append(c)
+        level = inner
+    return False

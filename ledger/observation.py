@@ -21,6 +21,11 @@ import orjson
 SESSION_NAMESPACE = uuid.UUID("6f1c2a52-39a4-4bb5-8a4e-0c5a3d1f9b21")
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 """The four token counts of a ``UsageRecorded`` (Anthropic's convention, docs/cost.md)."""
+MAX_COUNT = 2**53 - 1
+"""Largest count (tokens, milliseconds) a source's integer is taken as, and largest cost
+(USD) a source may report: the largest integer JavaScript writes exactly. A larger one
+is none: orjson cannot write an integer above 2**64, the read models sum counts in
+64-bit columns, and a sum of costs that overflows to infinity is no JSON number."""
 
 BATCH_OPENERS = ("human", "task")
 """Prompt kinds that open a prompt batch: a person's prompt, a subagent's task prompt.

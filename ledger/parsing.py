@@ -100,7 +100,8 @@ def _looks_like_claude(records: Iterable[Any]) -> bool:
             continue
         if "projectHash" in rec or "$set" in rec or "payload" in rec:
             return False
-        if "sessionId" in rec and rec.get("type") in _CLAUDE_TYPES:
+        rtype = rec.get("type")
+        if "sessionId" in rec and isinstance(rtype, str) and rtype in _CLAUDE_TYPES:
             seen = True
     return seen
 
@@ -306,6 +307,9 @@ def parse_one(path: Path) -> ParsedFile:
         facts.extend(parse_data(path, data[: len(data) - unfinished]))
     except (ValueError, OSError) as e:  # unknown format, unreadable file
         return ParsedFile(path, facts, str(e), False, pid, unfinished, before)
+    except Exception as e:  # a record its parser does not expect: the facts before it stay
+        reason = f"parsing stopped at a record it cannot read: {type(e).__name__}: {e}"
+        return ParsedFile(path, facts, reason, False, pid, unfinished, before)
     return ParsedFile(path, facts, None, False, pid, unfinished, before)
 
 

@@ -111,7 +111,7 @@ def _walk(
         out = {}
         for k, v in value.items():
             key = _text(k, f"{path}.<key>", redactions, rules) if isinstance(k, str) else k
-            child = f"{path}.{k}"
+            child = f"{path}.{key}"  # the cleaned key: a path never holds what was removed
             v = _walk(v, child, redactions, rules)
             if isinstance(v, str) and isinstance(k, str) and (rules is None or rules.fields):
                 v, kind = redact_field_value(k, v)

@@ -16,10 +16,15 @@ looks at:
 Decoding gives the same event as :meth:`ledger.mapper.PydanticMapper.decode` with
 ``raw=False``; anything the fast path does not handle (an event class with upcasters,
 JSON it rejects) goes through the mapper.
+
+PostgreSQL text cannot hold a NUL character, which JSON strings can (``\\u0000``): for
+read models there (``nul_free``), each NUL in an event's strings is read as U+FFFD, the
+replacement character (the event itself keeps it).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC
 from typing import Any, NamedTuple
@@ -33,6 +38,8 @@ from projections.event_decoder import EventDecoder
 
 _STREAM_IDS = 100_000
 """Stream ids kept per reader before its cache starts again."""
+_NUL = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+"""A ``\\u0000`` escape in JSON text (after an even run of backslashes, none escaped)."""
 
 
 class StreamId(UUID):
@@ -67,12 +74,19 @@ class Section(NamedTuple):
 
 class LogReader:
     """Reads sections of ``ledger``'s log; ``wanted(event class)`` says which events to
-    decode (None: all)."""
+    decode (None: all); ``nul_free``: NUL characters in strings are read as U+FFFD."""
 
-    def __init__(self, ledger: Ledger, wanted: Callable[[type], bool] | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        wanted: Callable[[type], bool] | None = None,
+        *,
+        nul_free: bool = False,
+    ) -> None:
         self.ledger = ledger
         self.mapper = ledger.mapper
         self.wanted = wanted
+        self.nul_free = nul_free
         self._classes: dict[str, tuple[type, bool, bool]] = {}  # topic -> (cls, wanted, fast)
         self._stream_ids: dict[str, StreamId] = {}
         self._decoder = EventDecoder()
@@ -97,6 +111,8 @@ class LogReader:
             sid = stream_ids.get(oid)
             if sid is None:
                 sid = stream_ids[oid] = StreamId(oid)
+            if self.nul_free:
+                state = _without_nul(state.partition(RAW_SEPARATOR)[0])
             event = None
             if fast:
                 event = decode(cls, state.partition(RAW_SEPARATOR)[0], sid, version)
@@ -140,3 +156,8 @@ class LogReader:
                 start=after, limit=limit, stop=stop, inclusive_of_start=False
             )
         ]
+
+
+def _without_nul(head: bytes) -> bytes:
+    """Stored JSON ``head`` with each ``\\u0000`` escape as ``\\ufffd``."""
+    return _NUL.sub(rb"\1\\ufffd", head) if b"\\u0000" in head else head

@@ -361,7 +361,11 @@ def _catch_up(
     applied = 0
     sections = 0
     classes = [type(p) for p in projections]
-    reader = LogReader(ledger, lambda cls: any(c.consumes(cls) for c in classes))
+    reader = LogReader(
+        ledger,
+        lambda cls: any(c.consumes(cls) for c in classes),
+        nul_free=models.engine.dialect.name == "postgresql",
+    )
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookledger-read") as pool:
         ahead: tuple[int, Future[Section]] | None = None
         while max_sections is None or sections < max_sections:

@@ -9,12 +9,16 @@ from pathlib import Path
 
 import orjson
 import pytest
+from starlette.testclient import TestClient
 
+from api.app import create_app
 from api.bootstrap import Services
 from ledger import jsontext
 from ledger.config import Settings
+from ledger.importer import import_paths
 from ledger.ingest import parse_hook_body
 from ledger.session import Session
+from projections import queries
 
 from conftest import FIXTURES, cli
 
@@ -71,3 +75,21 @@ def test_a_hook_payload_with_an_unpaired_surrogate_is_recorded(services: Service
     assert len(prompts) == 1
     assert prompts[0].text.startswith("cut inside an emoji \ufffd ")
     assert "cut inside an emoji \ufffd" in prompts[0].raw  # a hook's raw record is the decoded payload
+
+
+def test_the_events_of_a_transcript_line_with_an_unpaired_surrogate_are_served(
+    services: Services, tmp_path: Path
+) -> None:
+    # the line is kept as written, escape and all, as the event's raw record; reading it
+    # back with orjson failed ("no low surrogate"), and GET /v1/sessions/{id}/events
+    # answered 500 for the whole session
+    data = (FIXTURES / "spotter-claude-transcripts" / "short.jsonl").read_bytes()
+    cut = tmp_path / "short.jsonl"
+    cut.write_bytes(data.replace(b'"input":{', b'"input":{"note":"' + CUT + b'",', 1))
+    import_paths(services.ledger, [cut])
+    services.runner.catch_up()
+    [session] = queries.list_sessions(services.models)
+    with TestClient(create_app(services)) as client:
+        answer = client.get(f"/v1/sessions/{session['id']}/events")
+    assert answer.status_code == 200
+    assert "cut inside an emoji \ufffd" in answer.text

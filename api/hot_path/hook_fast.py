@@ -261,16 +261,24 @@ def redact_secrets_body(body: bytes) -> tuple[bytes, list[dict]]:
     return text.encode("utf-8", "surrogateescape"), redactions
 
 
+def _redact_path(path: str) -> str:
+    """A JSON path with the secrets in its keys redacted (as the server's cleaned keys)."""
+    return redact_secrets_body(path.encode("utf-8", "surrogateescape"))[0].decode(
+        "utf-8", "surrogateescape"
+    )
+
+
 def encode_redactions(redactions: list[dict]) -> bytes:
     """``redactions`` as compact ASCII JSON (no spaces: it is one field of a journal
-    header, and an HTTP header value), ``b""`` for none. Longer than
-    :data:`MAX_REDACTIONS_BYTES`: one ``{kind, path: "$", count: total}`` per kind
-    instead, so the counts survive and the header stays small."""
+    header, and an HTTP header value; a space in a path, from a key, is ``\\u0020``),
+    ``b""`` for none. Longer than :data:`MAX_REDACTIONS_BYTES`: one ``{kind, path: "$",
+    count: total}`` per kind instead, so the counts survive and the header stays small."""
     if not redactions:
         return b""
     import json
 
     found = json.dumps(redactions, separators=(",", ":"), ensure_ascii=True).encode()
+    found = found.replace(b" ", b"\\u0020")  # only inside strings: the separators have none
     if len(found) <= MAX_REDACTIONS_BYTES:
         return found
     totals: dict[str, int] = {}
@@ -443,20 +451,17 @@ def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
     a body that is not JSON is scanned as text (path ``$``). Returns (body, one
     ``{"kind": "private_tag", "path", "count"}`` per string that lost spans, with the
     JSON paths of :func:`ledger.privacy.strip_private`, e.g. ``$.tool_input.command``,
-    ``$.items[2]``, ``$.<key>`` for a key)."""
+    ``$.items[2]``, ``$.<key>`` for a key). An unpaired surrogate escape (``\\ud83d``,
+    a string cut inside an emoji) is written back as that escape, invalid UTF-8 as the
+    bytes it was; a body nested deeper than Python recurses is scanned as text."""
     import json
 
-    text = body.decode("utf-8", "surrogateescape")
+    try:
+        text, errors = body.decode("utf-8"), "backslashreplace"
+    except UnicodeDecodeError:
+        text, errors = body.decode("utf-8", "surrogateescape"), "surrogateescape"
     if "<" not in text and "\\u" not in text:
         return body, []
-    try:
-        value = json.loads(text)
-    except ValueError:
-        cleaned, n = strip_private_text(text)
-        if not n:
-            return body, []
-        found = [{"kind": "private_tag", "path": "$", "count": n}]
-        return cleaned.encode("utf-8", "surrogateescape"), found
     found: list[dict] = []
 
     def strip(v: str, path: str) -> str:
@@ -469,18 +474,27 @@ def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
         if isinstance(v, str):
             return strip(v, path)
         if isinstance(v, dict):
-            return {
-                (strip(k, path + ".<key>") if isinstance(k, str) else k): walk(x, f"{path}.{k}")
-                for k, x in v.items()
-            }
+            out = {}
+            for k, x in v.items():
+                key = strip(k, path + ".<key>") if isinstance(k, str) else k
+                out[key] = walk(x, f"{path}.{key}")  # the path never holds a removed span
+            return out
         if isinstance(v, list):
             return [walk(x, f"{path}[{i}]") for i, x in enumerate(v)]
         return v
 
-    cleaned = walk(value, "$")
-    if not found:
-        return body, []
-    return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", "surrogateescape"), found
+    try:
+        cleaned = walk(json.loads(text), "$")
+        if not found:
+            return body, []
+        return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", errors), found
+    except (ValueError, RecursionError):  # not JSON, too deep, or unencodable: as text
+        cleaned, n = strip_private_text(text)
+        if not n:
+            return body, []
+        return cleaned.encode("utf-8", "surrogateescape"), [
+            {"kind": "private_tag", "path": "$", "count": n}
+        ]
 
 
 # -- talking to the server (only SessionStart and remote mode) -----------------------
@@ -720,6 +734,8 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
         body, removed = strip_private_body(body)
     if may_hold_secret(body):
         body, secrets = redact_secrets_body(body)
+        if secrets:  # a key named in the paths of the spans removed may hold a secret too
+            removed = [{**r, "path": _redact_path(r["path"])} for r in removed]
         removed += secrets
     redactions = encode_redactions(removed)
     if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):

@@ -18,7 +18,7 @@ import hashlib
 import re
 from typing import Any
 
-from ledger.observation import call_hash
+from ledger.observation import MAX_COUNT, call_hash
 from ledger.sources.claude_common import parse_time, text_hash
 from ledger.sources.claude_hooks import HookPayloadError
 
@@ -110,8 +110,8 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+        return value if -MAX_COUNT <= value <= MAX_COUNT else None
+    if isinstance(value, float) and value.is_integer() and -MAX_COUNT <= value <= MAX_COUNT:
         return int(value)
     return None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ledger.observation import Observation, SessionRef
@@ -71,14 +71,19 @@ def text_hash(text: str) -> str:
 
 
 def parse_time(value: Any) -> datetime | None:
-    """ISO-8601 timestamp (``Z`` or offset) to an aware datetime; None when unusable."""
+    """ISO-8601 timestamp (``Z`` or offset) to an aware datetime; None when unusable,
+    also when its instant in UTC is outside years 1-9999 (``9999-12-31T23:00:00-02:00``):
+    everything that reads the event converts its times to UTC."""
     if not isinstance(value, str) or not value:
         return None
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        if dt.tzinfo is None:
+            return None
+        dt.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    return dt if dt.tzinfo is not None else None
+    return dt
 
 
 def child_ref(session_id: str, agent_id: str, agent_type: str | None, cwd: str | None) -> SessionRef:

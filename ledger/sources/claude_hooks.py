@@ -29,6 +29,7 @@ from ledger.sources.claude_common import (
     text_hash,
     tool_error_text,
 )
+from ledger.sources.jsonl import int_or_none
 
 SOURCE_FORMAT = "claude-code.hook"
 PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
@@ -217,7 +218,7 @@ def _tool(
         "output": response,
         "is_error": failed,
         "error": error if isinstance(error, str) else (tool_error_text(error) if failed else None),
-        "duration_ms": p.get("duration_ms") if isinstance(p.get("duration_ms"), int) else None,
+        "duration_ms": int_or_none(p.get("duration_ms")),
         "interrupted": p.get("is_interrupt") is True
         or (isinstance(response, dict) and response.get("interrupted") is True),
     }

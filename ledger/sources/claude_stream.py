@@ -39,7 +39,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ledger.observation import BATCH_OPENERS, TOKENS, Observation, Rejected, SessionRef, json_hash
+from ledger.observation import (
+    BATCH_OPENERS,
+    MAX_COUNT,
+    TOKENS,
+    Observation,
+    Rejected,
+    SessionRef,
+    json_hash,
+)
 from ledger.sources.adapter_kit import CallCounter, PromptCounter
 from ledger.sources.claude_common import AGENT, classify_prompt, tool_error_text
 from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
@@ -434,7 +442,7 @@ class StreamParser:
             )
         ]
         cost = rec.get("total_cost_usd")
-        if isinstance(cost, int | float) and not isinstance(cost, bool):
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and abs(cost) <= MAX_COUNT:
             facts.append(
                 Observation(
                     ref,

@@ -31,6 +31,7 @@ from ledger import jsontext
 from ledger.observation import (
     BATCH_OPENERS,
     BEFORE_FIRST_PROMPT,
+    MAX_COUNT,
     Observation,
     Rejected,
     SessionRef,
@@ -524,8 +525,8 @@ def _int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+        return value if -MAX_COUNT <= value <= MAX_COUNT else None
+    if isinstance(value, float) and value.is_integer() and -MAX_COUNT <= value <= MAX_COUNT:
         return int(value)
     return None
 

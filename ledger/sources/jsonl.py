@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from ledger import jsontext
-from ledger.observation import Rejected
+from ledger.observation import MAX_COUNT, Rejected
 from ledger.privacy import may_hold_private, strip_private
 
 
@@ -100,8 +100,8 @@ def int_or_none(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+        return value if -MAX_COUNT <= value <= MAX_COUNT else None
+    if isinstance(value, float) and value.is_integer() and -MAX_COUNT <= value <= MAX_COUNT:
         return int(value)
     return None
 

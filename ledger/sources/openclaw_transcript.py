@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from ledger import jsontext
-from ledger.observation import Observation, Rejected, SessionRef, json_hash
+from ledger.observation import MAX_COUNT, Observation, Rejected, SessionRef, json_hash
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import (
     CallCounter,
@@ -216,7 +216,11 @@ def _assistant(message: dict[str, Any], key: str, obs: Any, calls: CallCounter) 
         )
         cost = usage.get("cost")
         total = cost.get("total") if isinstance(cost, dict) else None
-        if isinstance(total, int | float) and not isinstance(total, bool) and total > 0:
+        if (
+            isinstance(total, int | float)
+            and not isinstance(total, bool)
+            and 0 < total <= MAX_COUNT
+        ):
             facts.append(
                 obs("CostReported", {"cost_usd": float(total), "scope": "message"}, f"cost:{key}")
             )

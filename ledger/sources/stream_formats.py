@@ -62,7 +62,9 @@ def detect_records(records: list[Any]) -> str | None:
         return None
     for r in dicts:
         rtype = r.get("type")
-        if isinstance(r.get("payload"), dict) and isinstance(rtype, str) and "timestamp" in r:
+        if not isinstance(rtype, str):
+            continue
+        if isinstance(r.get("payload"), dict) and "timestamp" in r:
             return "codex.rollout"
         if rtype in codex_exec.EXEC_TYPES and "session_id" not in r:
             return "codex.exec-json"
