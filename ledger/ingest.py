@@ -132,15 +132,14 @@ def parse_hook_body(
         return _reject(source, capture_key, reason, body, agent, edge)
     try:
         payload = jsontext.loads(body)
+    except jsontext.TooDeep as e:
+        return _reject(source, capture_key, str(e), body, agent, edge)
     except orjson.JSONDecodeError as e:
         reason = f"not valid JSON: {e}"
         try:
             body.decode("utf-8")
         except UnicodeDecodeError:
             reason = "not valid UTF-8 JSON"
-        return _reject(source, capture_key, reason, body, agent, edge)
-    if jsontext.too_deep(payload):
-        reason = f"nested deeper than {jsontext.MAX_DEPTH} arrays and objects"
         return _reject(source, capture_key, reason, body, agent, edge)
     try:
         # The body lets privacy skip the walk (or try only some secret rules).

@@ -179,10 +179,10 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
         yield from meta_note.apply(parser.feed_lines(data.split(b"\n")))
         yield from parser.finish()
     elif fmt == "claude-code.transcript-array":
+        fmt_name = claude_transcript.SOURCE_FORMAT
         try:
-            records = jsontext.loads(data)
+            records = jsontext.loads(data, max_depth=None)
         except orjson.JSONDecodeError as e:
-            fmt_name = claude_transcript.SOURCE_FORMAT
             yield Rejected(source, "file", f"not valid JSON: {e}", data, "claude-code", fmt_name)
             return
         if not isinstance(records, list):
@@ -191,6 +191,9 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
             raise ValueError("a JSON array of hook payloads (replay it with POST /v1/hooks/…)")
         if not _looks_like_claude(records[:50]):
             raise ValueError("a JSON array that is not a Claude Code transcript")
+        if jsontext.too_deep(records, jsontext.MAX_DEPTH + 1):  # the array is one level
+            yield Rejected(source, "file", str(jsontext.TooDeep()), data, "claude-code", fmt_name)
+            return
         yield from claude_transcript.parse_array(records, source)
     else:
         raise ValueError("not a recognised agent transcript")

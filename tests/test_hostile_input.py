@@ -230,6 +230,32 @@ def test_an_import_goes_on_past_a_record_its_parser_cannot_read(
     assert sessions["gemini"]["prompt_count"] == 1  # read before the record it stopped at
 
 
+def _deep_copy_of(line: bytes, field: str, depth: int) -> bytes:
+    """``line`` (a JSON object) with a new id and ``field`` nested ``depth`` levels."""
+    rec = json.loads(line)
+    text = json.dumps({**rec, "uuid": "deep-1", field: "@"}).encode()
+    return text.replace(b'"@"', b"[" * depth + b'"x"' + b"]" * depth)
+
+
+def test_a_file_line_nested_deeper_than_the_store_takes_is_rejected_and_the_rest_recorded(
+    services: Services, tmp_path: Path
+) -> None:
+    # orjson reads 1,024 levels but writes 254: a transcript or rollout line nested
+    # deeper parsed, then failed when recorded, and the import stopped with a traceback
+    drift = FIXTURES / "agent-sessions-schema-drift"
+    for name, field in (("claude_small.jsonl", "message"), ("codex_051_usage.jsonl", "payload")):
+        lines = (drift / name).read_bytes().rstrip(b"\n").split(b"\n")
+        deep = _deep_copy_of(lines[1], field, 300)
+        (tmp_path / name).write_bytes(b"\n".join([*lines[:2], deep, *lines[2:]]) + b"\n")
+        (tmp_path / f"whole-{name}").write_bytes((drift / name).read_bytes())
+    summary = import_paths(services.ledger, [tmp_path], workers=0)
+    assert summary.files == 4 and not summary.skipped
+    assert summary.result.rejected == 2
+    reasons = [getattr(e, "reason", "") for _, e in services.ledger.read_log(0, 100_000)]
+    deep = [r for r in reasons if "deeper" in r]
+    assert deep == [f"not valid JSON: nested deeper than {MAX_DEPTH} arrays and objects"] * 2
+
+
 def test_a_run_goes_on_past_a_line_its_parser_cannot_read(
     services: Services, tmp_path: Path
 ) -> None:

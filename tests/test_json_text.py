@@ -93,3 +93,19 @@ def test_the_events_of_a_transcript_line_with_an_unpaired_surrogate_are_served(
         answer = client.get(f"/v1/sessions/{session['id']}/events")
     assert answer.status_code == 200
     assert "cut inside an emoji \ufffd" in answer.text
+
+
+@pytest.mark.parametrize("limit", [0, 1, 10, 200, 253, 254, 300])
+def test_too_deep_counts_every_level_of_arrays_and_objects(limit: int) -> None:
+    def nested(depth: int, shape: str) -> object:
+        value: object = "x"
+        for i in range(depth):
+            value = [value] if shape == "list" or (shape == "mixed" and i % 2) else {"k": value}
+        return value
+
+    for shape in ("list", "object", "mixed"):
+        for depth in range(max(0, limit - 2), limit + 3):
+            assert jsontext.too_deep(nested(depth, shape), limit) is (depth > limit), (shape, depth)
+    # a value orjson cannot write for another reason is measured all the same
+    assert jsontext.too_deep([{"big": 2**70}], 1) is True
+    assert jsontext.too_deep([{"big": 2**70}], 2) is False

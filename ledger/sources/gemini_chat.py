@@ -123,12 +123,15 @@ def parse_document(data: bytes, source: str, fallback_id: str) -> Iterator[Obser
     has no ``sessionId``. Raises ValueError for a JSON value that is no Gemini chat.
     """
     try:
-        doc = jsontext.loads(data)
+        doc = jsontext.loads(data, max_depth=None)
     except orjson.JSONDecodeError as e:
         yield Rejected(source, "file", f"not valid JSON: {e}", data, AGENT, SOURCE_FORMAT)
         return
     if not isinstance(doc, dict):
         raise ValueError("a JSON document that is not a Gemini chat object")
+    if jsontext.too_deep(doc, jsontext.MAX_DEPTH + 2):  # a message is two levels down
+        yield Rejected(source, "file", str(jsontext.TooDeep()), data, AGENT, SOURCE_FORMAT)
+        return
     parser = ChatParser(source, SOURCE_FORMAT, fallback_id)
     if isinstance(doc.get("messages"), list):
         yield from parser.header({k: v for k, v in doc.items() if k != "messages"}, "header")

@@ -43,7 +43,7 @@ def detect(path: Path, head: bytes) -> str | None:
         return detect_records(_objects(complete[:_HEAD_LINES]))
     if head.lstrip()[:1] in (b"[", b"{"):
         try:
-            records = jsontext.loads(head)
+            records = jsontext.loads(head, max_depth=None)  # detection records nothing
         except orjson.JSONDecodeError:
             return None
         records = [records] if isinstance(records, dict) else records
