@@ -31,7 +31,8 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
 * ``GET /healthz`` — ``{"ok", "head", "projections": {name: {"position", "lag"}},
   "data_dir_id"}`` (and ``projection_process``, ``transcripts``: the transcript
   follower's :meth:`~api.transcript_follower.TranscriptFollower.health`, ``error``);
-  503 when a background thread failed, and 503 ``{"ok": false, "error": "database
+  503 when a background thread failed or the projection process's catch-ups fail
+  (``projection_process.error``: the projections are stuck), and 503 ``{"ok": false, "error": "database
   unavailable: <reason>"}`` at once when the database cannot be reached (as any
   request that needs it).
   Open even when a token is required (:mod:`api.access`).
@@ -218,6 +219,9 @@ def create_app(
                 body["projection_process"] = process.health()
             return JSONResponse(body, 503)
         error = background.error or hooks.pump.error or summaries.error
+        health = process.health() if process is not None else {}
+        if error is None and health.get("error"):  # the projections are stuck
+            error = f"projections cannot catch up: {health['error']}"
         body = {
             "ok": error is None,
             "head": status[0].head if status else 0,
@@ -225,11 +229,11 @@ def create_app(
             "data_dir_id": data_dir_id,
         }
         if process is not None:
-            body["projection_process"] = process.health()
+            body["projection_process"] = health
         if hooks.follower is not None:
             body["transcripts"] = hooks.follower.health()
         if error is not None:
-            body["error"] = repr(error)
+            body["error"] = error if isinstance(error, str) else repr(error)
         return JSONResponse(body, 200 if error is None else 503)
 
     return Starlette(

@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
-from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.sharedctypes import Synchronized, SynchronizedString
 
 from api.bootstrap import Services
 from ledger.config import Settings
@@ -71,9 +71,16 @@ and ends a child it found STARTING at once."""
 log = logging.getLogger(__name__)
 
 
-def _child(settings: Settings, wake: Connection, state: Synchronized[int]) -> None:
+ERROR_BYTES = 1024
+"""Room for the child's last catch-up error, shared with the parent (UTF-8, cut)."""
+
+
+def _child(
+    settings: Settings, wake: Connection, state: Synchronized[int], error: SynchronizedString
+) -> None:
     """The child process: catch up on every wake (and every ``POLL_S``) until the
-    parent's end of ``wake`` is closed."""
+    parent's end of ``wake`` is closed. While catch-ups fail, ``error`` holds the last
+    failure (``repr``), for ``/healthz``; empty once one succeeds."""
     from api.bootstrap import build
 
     # Ctrl-C in a terminal signals the whole process group: the server stops the child
@@ -102,11 +109,13 @@ def _child(settings: Settings, wake: Connection, state: Synchronized[int]) -> No
                 # that is down for a minute wrote 500 tracebacks
                 if repr(e) != failing:
                     log.exception("projection process: catch-up failed; retrying")
+                    error.value = repr(e).encode("utf-8", "replace")[: ERROR_BYTES - 1]
                 failing = repr(e)
                 time.sleep(POLL_S)
             else:
                 if failing is not None:
                     log.warning("projection process: catch-up works again")
+                    error.value = b""
                 failing = None
     finally:
         services.close()
@@ -140,6 +149,7 @@ class ProjectionProcess:
         self._wake: Connection | None = None
         self._proc: SpawnProcess | None = None
         self._state: Synchronized[int] | None = None
+        self._error: SynchronizedString | None = None
         self._stopped = False
         self.restarts = 0
         self._started_at = 0.0
@@ -155,9 +165,10 @@ class ProjectionProcess:
         reader, writer = self._ctx.Pipe(duplex=False)
         os.set_blocking(writer.fileno(), False)
         self._state = self._ctx.Value("i", STARTING)
+        self._error = self._ctx.Array("c", ERROR_BYTES)
         self._proc = self._ctx.Process(
             target=_child,
-            args=(self.services.settings, reader, self._state),
+            args=(self.services.settings, reader, self._state, self._error),
             name="hookledger-projections",
             daemon=True,
         )
@@ -173,9 +184,13 @@ class ProjectionProcess:
         return self._proc is not None and self._proc.is_alive()
 
     def health(self) -> dict[str, object]:
-        """``{"pid", "alive", "restarts"}`` for ``/healthz``."""
+        """``{"pid", "alive", "restarts", "error"}`` for ``/healthz``; ``error``: what
+        the child's catch-ups fail with while they fail (the projections are stuck at
+        some event, or cannot reach their tables), else None."""
         pid = self._proc.pid if self._proc is not None else None
-        return {"pid": pid, "alive": self.alive(), "restarts": self.restarts}
+        failing = self._error.value.decode("utf-8", "replace") if self._error else ""
+        return {"pid": pid, "alive": self.alive(), "restarts": self.restarts,
+                "error": failing or None}
 
     def ensure_running(self) -> None:
         """Start the child again if it died (logged with its exit code), backing off

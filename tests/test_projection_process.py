@@ -197,3 +197,45 @@ def test_a_child_stopped_while_it_is_still_starting_is_ended_at_once(services) -
         pp.stop()
         assert not pp.alive()
     assert pp._proc is not None and pp._proc.exitcode == -signal.SIGTERM  # not SIGKILL
+
+
+def test_healthz_says_when_the_projection_process_cannot_catch_up(settings: Settings) -> None:
+    # the child's failures were only logged: /healthz answered ok while every read
+    # model stood still (e.g. at an event a projection cannot apply)
+    from sqlalchemy import text
+
+    from api.bootstrap import build
+
+    srv = Server(settings).start()
+    services = build(settings)
+    try:
+        assert httpx.post(srv.url + "/v1/hooks/claude-code", content=_prompt(0), timeout=30).is_success
+        # the child has started (it creates missing tables when it opens the store)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _health(srv.url)["projections"]["batches"]["lag"]:
+            time.sleep(0.1)
+        assert _health(srv.url)["ok"]
+        batches = services.models.table("prompt_batches").name
+        with services.models.engine.begin() as conn:  # the batches projection loses its table
+            conn.execute(text(f'ALTER TABLE "{batches}" RENAME TO hidden_batches'))
+        httpx.post(srv.url + "/v1/hooks/claude-code", content=_prompt(1), timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _health(srv.url)["ok"]:
+            time.sleep(0.1)
+        r = httpx.get(srv.url + "/healthz", timeout=30)
+        assert r.status_code == 503, r.text
+        health = r.json()
+        assert "prompt_batches" in health["error"], health
+        assert health["error"].startswith("projections cannot catch up: ")
+        assert health["projection_process"]["error"] in health["error"]
+        with services.models.engine.begin() as conn:  # the table is back: it catches up
+            conn.execute(text(f'ALTER TABLE hidden_batches RENAME TO "{batches}"'))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _health(srv.url)["ok"]:
+            time.sleep(0.1)
+        health = _health(srv.url)
+        assert health["ok"] and health["projection_process"]["error"] is None, health
+        assert all(p["lag"] == 0 for p in health["projections"].values())
+    finally:
+        services.close()
+        srv.stop()
