@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError
 
 from ledger.app import RecordResult
 from ledger.ingest import EdgeRedactionsError, check_edge_redactions, parse_hook_body
@@ -144,36 +145,79 @@ def _chunk_items(
     return [item for e in entries for item in to_items(e, source_name)]
 
 
+STORE_ERRORS = (OperationalError, InterfaceError, IntegrityError, OSError)
+"""What recording raises when the store, not a record, is at fault (unreachable,
+locked, another writer): the chunk is retried by the next drain, never quarantined."""
+
+
+def _record_alone(
+    entries: list[JournalRecord | Malformed], source_name: str, submit: Submitter, error: Exception
+) -> RecordResult:
+    """A chunk whose recording failed with ``error``, not a store's error: each entry
+    recorded on its own, and one that fails again, not for the store, kept as rejected
+    input with the reason (its whole record). One record no recording can take (a bug
+    not met before) must not hold every later hook in the journal for good."""
+    log.error("journal %s: a chunk failed (%r); recording its records one by one", source_name, error)
+    total = RecordResult()
+    for entry in entries:
+        try:
+            total.add(submit(to_items(entry, source_name)).result())
+        except STORE_ERRORS:
+            raise
+        except Exception as e:
+            log.exception("journal %s: record at offset %d cannot be recorded", source_name, entry.offset)
+            reason = f"could not be recorded: {type(e).__name__}: {e}"
+            if isinstance(entry, JournalRecord):
+                where = f"{source_name} offset {entry.offset} capture {entry.key}"
+                item = Rejected("spool:journal", where, reason, entry.body, entry.agent)
+            else:
+                where = f"{source_name} offset {entry.offset}"
+                item = Rejected("spool:journal", where, reason, entry.data)
+            total.add(submit([item]).result())
+    return total
+
+
 def ingest_journal(data: bytes, source_name: str, submit: Submitter) -> tuple[int, RecordResult]:
     """Record every entry of journal bytes ``data`` (whole files, or the pieces a remote
     hook forwards to ``POST /v1/journal``) in chunks of ``CHUNK_RECORDS``, parsing the
     next chunk while the previous one is recorded. Broken framing is recorded as
     :class:`~ledger.observation.Rejected` input named ``<source_name> offset <n>``.
 
-    Returns (journal records read, the summed :class:`RecordResult`). Raises whatever
-    recording raised, after every submitted chunk has finished (what was recorded
-    stays; a retry appends nothing twice: keys are the records' capture keys).
+    Returns (journal records read, the summed :class:`RecordResult`). Raises what
+    recording raised for the store (:data:`STORE_ERRORS`), after every submitted chunk
+    has finished (what was recorded stays; a retry appends nothing twice: keys are the
+    records' capture keys). A chunk that fails otherwise is recorded record by record,
+    and a record that fails alone is kept as rejected input (:func:`_record_alone`).
     """
     total = RecordResult()
     records = 0
     entries: list[JournalRecord | Malformed] = []
-    flying: list[Future[RecordResult]] = []
+    flying: list[tuple[Future[RecordResult], list[JournalRecord | Malformed]]] = []
+
+    def settle(future: Future[RecordResult], chunk: list[JournalRecord | Malformed]) -> None:
+        try:
+            total.add(future.result())
+        except STORE_ERRORS:
+            raise
+        except Exception as e:
+            total.add(_record_alone(chunk, source_name, submit, e))
+
     try:
         for entry in parse_journal(data):
             records += isinstance(entry, JournalRecord)
             entries.append(entry)
             if len(entries) >= CHUNK_RECORDS:
-                flying.append(submit(_chunk_items(entries, source_name)))
+                flying.append((submit(_chunk_items(entries, source_name)), entries))
                 entries = []
                 while len(flying) >= IN_FLIGHT:
-                    total.add(flying.pop(0).result())
+                    settle(*flying.pop(0))
         if entries:
-            flying.append(submit(_chunk_items(entries, source_name)))
+            flying.append((submit(_chunk_items(entries, source_name)), entries))
     finally:
         errors = []
-        for future in flying:
+        for future, chunk in flying:
             try:
-                total.add(future.result())
+                settle(future, chunk)
             except Exception as e:
                 errors.append(e)
     if errors:
@@ -197,7 +241,7 @@ class JournalIngester:
         if (record is None) == (submit is None):
             raise ValueError("give exactly one of record and submit")
         self.spool_dir = spool_dir
-        self.submit: Submitter = submit or (lambda items: _done(record(items)))  # type: ignore[misc]
+        self.submit: Submitter = submit or (lambda items: _done(record, items))  # type: ignore[arg-type]
         self.path = spool_dir / JOURNAL
 
     def pending(self) -> bool:
@@ -231,9 +275,13 @@ class JournalIngester:
         return total
 
 
-def _done(result: RecordResult) -> Future[RecordResult]:
+def _done(record: Recorder, items: Sequence[Observation | Rejected]) -> Future[RecordResult]:
+    """``record(items)`` as a finished future: its result, or what it raised."""
     future: Future[RecordResult] = Future()
-    future.set_result(result)
+    try:
+        future.set_result(record(items))
+    except Exception as e:
+        future.set_exception(e)
     return future
 
 

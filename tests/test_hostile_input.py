@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from eventsourcing.persistence import OperationalError
 from starlette.testclient import TestClient
 
 from api.app import create_app
 from api.bootstrap import Services
 from api.hot_path.hook_fast import journal_append, record_bytes
 from ledger.agent_runner import run_agent
+from ledger.app import RecordResult
 from ledger.importer import import_paths
 from ledger.ingest import HOOK_PARSERS, ingest_hook
 from ledger.journal import JOURNAL, JournalIngester
@@ -89,6 +92,52 @@ def test_a_journal_record_nested_too_deep_is_rejected_and_the_rest_recorded(
     services.runner.catch_up()
     [session] = queries.list_sessions(services.models)
     assert session["prompt_count"] == 2
+
+
+def test_a_journal_record_no_recording_takes_is_rejected_and_the_rest_recorded(
+    services: Services, tmp_path: Path
+) -> None:
+    # a record whose recording raised (a bug not met before: the ones found so far were
+    # TypeError, OverflowError, ValueError) failed its journal chunk on every drain, so
+    # no later hook was ever recorded. Stood for here by a recorder that fails on one
+    # capture key, as the real Ledger.record did on those records
+    spool = tmp_path / "spool"
+    at = "2026-06-20T00:00:00.000Z"
+    for n in range(3):
+        body = PROMPT.replace(b'"hi"', f'"prompt {n}"'.encode())
+        journal_append(str(spool), record_bytes("claude-code", body, f"capture-{n}", at))
+    attempts = []
+
+    def record(items: list) -> RecordResult:
+        attempts.append(len(items))
+        if any(getattr(i, "record_key", None) == "hook:capture-1" for i in items):
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        return services.ledger.record(items)
+
+    result = JournalIngester(spool, record).drain()
+    # the chunk, then each record alone, then the rejected one
+    assert attempts == [3, 1, 1, 1, 1]
+    assert result.rejected == 1 and not list(spool.glob("*.aside"))
+    [rejected] = [e for _, e in services.ledger.read_log(0, 100) if hasattr(e, "reason")]
+    assert rejected.reason == (
+        "could not be recorded: OverflowError: Python int too large to convert to SQLite INTEGER"
+    )
+    assert "capture-1" in rejected.location and '"prompt 1"' in rejected.text
+    services.runner.catch_up()
+    [session] = queries.list_sessions(services.models)
+    assert session["prompt_count"] == 2
+
+    # a store's own failure is not the record's: the chunk stays for the next drain
+    journal_append(str(spool), record_bytes("claude-code", PROMPT, "capture-9", at))
+
+    def locked(items: list) -> RecordResult:
+        raise OperationalError("database is locked")
+
+    with pytest.raises(OperationalError):
+        JournalIngester(spool, locked).drain()
+    assert list(spool.glob("*.aside"))
+    assert JournalIngester(spool, services.ledger.record).drain().appended == 1
+    assert not list(spool.glob("*.aside"))
 
 
 def test_the_hot_path_journals_a_private_body_it_cannot_rewrite_as_json(
