@@ -39,14 +39,7 @@ def test_codex_hooks_and_rollout_share_one_session(settings: Settings, server: S
     prompt = next(
         r["payload"]["message"] for r in records if r["payload"].get("type") == "user_message"
     )
-    common = {
-        "session_id": meta["id"],
-        "cwd": meta["cwd"],
-        "model": "gpt-5-codex",
-        "permission_mode": "default",
-        "transcript_path": None,
-        "turn_id": "turn-1",
-    }
+    common = _common(meta, "turn-1")
     hooks = [
         {**common, "hook_event_name": "SessionStart", "source": "startup"},
         {**common, "hook_event_name": "UserPromptSubmit", "prompt": prompt},
@@ -119,19 +112,25 @@ BIG_ROLLOUT = (
 )
 
 
-def _hooks_of(records: list[dict]) -> list[dict]:
-    """The command hooks Codex fires for the session a rollout records: SessionStart, a
-    UserPromptSubmit per prompt, PreToolUse / PostToolUse per call (``tool_use_id`` =
-    ``call_id``), a Stop per finished turn."""
-    meta = records[0]["payload"]
-    common = {
+def _common(meta: dict, turn_id: str) -> dict:
+    """The fields every Codex hook of the rollout's session carries (``meta``: its
+    ``session_meta`` payload)."""
+    return {
         "session_id": meta["id"],
         "cwd": meta["cwd"],
         "model": "gpt-5-codex",
         "permission_mode": "default",
         "transcript_path": None,
-        "turn_id": "t0",
+        "turn_id": turn_id,
     }
+
+
+def _hooks_of(records: list[dict]) -> list[dict]:
+    """The command hooks Codex fires for the session a rollout records: SessionStart, a
+    UserPromptSubmit per prompt, PreToolUse / PostToolUse per call (``tool_use_id`` =
+    ``call_id``), a Stop per finished turn."""
+    meta = records[0]["payload"]
+    common = _common(meta, "t0")
     hooks = [{**common, "hook_event_name": "SessionStart", "source": "startup"}]
     calls: dict[str, tuple[str, object]] = {}
     for r in records:

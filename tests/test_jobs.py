@@ -204,6 +204,48 @@ def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
     assert _snapshot(services, sid)["tool_calls"] == [("toolu_a", 1), ("toolu_b", 2)]
 
 
+def _hooks_of_four(with_calls: bool) -> tuple[str, list[tuple[str, dict]], dict[int, int]]:
+    """full-session-four's hooks as Claude Code sends them: SessionStart, each prompt
+    (after the previous turn's Stop), its tool calls' PreToolUse when ``with_calls``, the
+    last Stop, at the transcript's times. Returns (the ledger's session id, the hooks as
+    (time, body), the transcript's tool calls per batch)."""
+    records = [json.loads(line) for line in FOUR.read_bytes().splitlines()]
+    external = next(r["sessionId"] for r in records if r.get("sessionId"))
+    cwd = next(r["cwd"] for r in records if r.get("cwd"))
+    timed = [r for r in records if r.get("timestamp") and not r.get("isSidechain")]
+    common = {"session_id": external, "cwd": cwd, "transcript_path": str(FOUR)}
+    hooks = [
+        (timed[0]["timestamp"], {**common, "hook_event_name": "SessionStart", "source": "startup"})
+    ]
+    calls: dict[int, int] = {}
+    batch = 0
+    for i, r in enumerate(timed):
+        if _is_prompt(r):
+            if batch:
+                hooks.append((timed[i - 1]["timestamp"], {**common, "hook_event_name": "Stop"}))
+            batch += 1
+            prompt = {**common, "hook_event_name": "UserPromptSubmit", "prompt": r["message"]["content"]}
+            hooks.append((r["timestamp"], prompt))
+        content = r["message"].get("content") if isinstance(r.get("message"), dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                calls[batch] = calls.get(batch, 0) + 1
+                if with_calls:
+                    call = {"tool_name": block["name"], "tool_input": block["input"],
+                            "tool_use_id": block["id"]}
+                    hooks.append((r["timestamp"], {**common, "hook_event_name": "PreToolUse", **call}))
+    hooks.append((timed[-1]["timestamp"], {**common, "hook_event_name": "Stop"}))
+    return str(session_id("claude-code", external)), hooks, calls
+
+
+def _send(services: Services, hooks: list[tuple[str, dict]]) -> None:
+    for n, (at, body) in enumerate(hooks):
+        outcome = ingest_hook(
+            services.ledger, "claude-code", json.dumps(body).encode(), f"h{n}", _time(at)
+        )
+        assert outcome.error is None
+
+
 def test_tool_calls_a_transcript_adds_after_the_hooks_stay_in_their_prompts_batches(
     services: Services,
 ) -> None:
@@ -213,42 +255,8 @@ def test_tool_calls_a_transcript_adds_after_the_hooks_stay_in_their_prompts_batc
     # liveness job must not take them for activity recorded while no batch was open:
     # before, it attached all of them to the latest batch ({1: 11, 2: 1, 3: 15} became
     # {3: 27}).
-    records = [json.loads(line) for line in FOUR.read_bytes().splitlines()]
-    external = next(r["sessionId"] for r in records if r.get("sessionId"))
-    cwd = next(r["cwd"] for r in records if r.get("cwd"))
-    sid = str(session_id("claude-code", external))
-    timed = [r for r in records if r.get("timestamp") and not r.get("isSidechain")]
-    common = {"session_id": external, "cwd": cwd, "transcript_path": str(FOUR)}
-    hooks = [
-        (timed[0]["timestamp"], {**common, "hook_event_name": "SessionStart", "source": "startup"})
-    ]
-    expected: dict[int, int] = {}
-    batch = 0
-    for i, r in enumerate(timed):
-        if _is_prompt(r):
-            if batch:
-                hooks.append((timed[i - 1]["timestamp"], {**common, "hook_event_name": "Stop"}))
-            batch += 1
-            hooks.append(
-                (
-                    r["timestamp"],
-                    {
-                        **common,
-                        "hook_event_name": "UserPromptSubmit",
-                        "prompt": r["message"]["content"],
-                    },
-                )
-            )
-        content = r["message"].get("content") if isinstance(r.get("message"), dict) else None
-        for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                expected[batch] = expected.get(batch, 0) + 1
-    hooks.append((timed[-1]["timestamp"], {**common, "hook_event_name": "Stop"}))
-    for n, (at, body) in enumerate(hooks):
-        outcome = ingest_hook(
-            services.ledger, "claude-code", json.dumps(body).encode(), f"h{n}", _time(at)
-        )
-        assert outcome.error is None
+    sid, hooks, expected = _hooks_of_four(with_calls=False)
+    _send(services, hooks)
     import_paths(services.ledger, [FOUR])
 
     def per_batch() -> dict[int, int]:
@@ -260,7 +268,7 @@ def test_tool_calls_a_transcript_adds_after_the_hooks_stay_in_their_prompts_batc
     assert expected == {1: 11, 2: 1, 3: 15}
     services.runner.catch_up()
     assert per_batch() == expected
-    run_jobs(services, _time(timed[-1]["timestamp"]) + timedelta(hours=2))
+    run_jobs(services, _time(hooks[-1][0]) + timedelta(hours=2))
     assert per_batch() == expected
 
 
@@ -272,38 +280,8 @@ def test_a_transcripts_records_before_its_first_prompt_imported_after_the_hooks_
     # last Stop. The `/clear` belongs before the first prompt (batch 0), and it is
     # history: the session stays WAITING. Before, it landed in the latest batch and moved
     # the session to PROCESSING, a transition dated before every other.
-    records = [json.loads(line) for line in FOUR.read_bytes().splitlines()]
-    external = next(r["sessionId"] for r in records if r.get("sessionId"))
-    cwd = next(r["cwd"] for r in records if r.get("cwd"))
-    sid = str(session_id("claude-code", external))
-    timed = [r for r in records if r.get("timestamp") and not r.get("isSidechain")]
-    common = {"session_id": external, "cwd": cwd, "transcript_path": str(FOUR)}
-    hooks = [(timed[0]["timestamp"], {**common, "hook_event_name": "SessionStart"})]
-    for i, r in enumerate(timed):
-        if _is_prompt(r):
-            if len(hooks) > 1:
-                hooks.append((timed[i - 1]["timestamp"], {**common, "hook_event_name": "Stop"}))
-            prompt = {
-                **common,
-                "hook_event_name": "UserPromptSubmit",
-                "prompt": r["message"]["content"],
-            }
-            hooks.append((r["timestamp"], prompt))
-        content = r["message"].get("content") if isinstance(r.get("message"), dict) else None
-        for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                call = {
-                    "tool_name": block["name"],
-                    "tool_input": block["input"],
-                    "tool_use_id": block["id"],
-                }
-                hooks.append((r["timestamp"], {**common, "hook_event_name": "PreToolUse", **call}))
-    hooks.append((timed[-1]["timestamp"], {**common, "hook_event_name": "Stop"}))
-    for n, (at, body) in enumerate(hooks):
-        outcome = ingest_hook(
-            services.ledger, "claude-code", json.dumps(body).encode(), f"h{n}", _time(at)
-        )
-        assert outcome.error is None
+    sid, hooks, _ = _hooks_of_four(with_calls=True)
+    _send(services, hooks)
     import_paths(services.ledger, [FOUR])
     services.runner.catch_up()
     (row,) = queries.list_sessions(services.models)
