@@ -269,14 +269,17 @@ def test_an_import_goes_on_past_a_record_its_parser_cannot_read(
     gemini[3] = json.dumps(reply).encode()
     (tmp_path / "b-gemini.jsonl").write_bytes(b"\n".join(gemini))
     summary = import_paths(services.ledger, [tmp_path], workers=0)
-    assert summary.files == 1  # the transcript
-    [(path, reason)] = summary.skipped
-    assert path.endswith("b-gemini.jsonl")
-    assert reason.startswith("parsing stopped at a record it cannot read: TypeError")
+    assert summary.files == 2 and not summary.skipped
+    assert summary.result.rejected == 1  # the Gemini reply; the records after it are read
+    reasons = [getattr(e, "reason", "") for _, e in services.ledger.read_log(0, 10_000)]
+    [reason] = [r for r in reasons if "cannot read" in r]
+    assert reason.startswith("the gemini.chat-jsonl parser cannot read this record: TypeError")
     services.runner.catch_up()
     sessions = {s["agent"]: s for s in queries.list_sessions(services.models)}
     assert sessions["claude-code"]["prompt_count"] >= 1
-    assert sessions["gemini"]["prompt_count"] == 1  # read before the record it stopped at
+    after = json.loads(gemini[4])  # the reply after the one it cannot read is read
+    assert after["type"] == "gemini" and after["tokens"]["output"] > 0
+    assert sessions["gemini"]["output_tokens"] == after["tokens"]["output"]
 
 
 def _deep_copy_of(line: bytes, field: str, depth: int) -> bytes:

@@ -50,7 +50,7 @@ from ledger.observation import (
 )
 from ledger.sources.adapter_kit import CallCounter, PromptCounter
 from ledger.sources.claude_common import AGENT, classify_prompt, tool_error_text
-from ledger.sources.jsonl import Decoded, LineKeys, decode, int_or_none, str_or_none
+from ledger.sources.jsonl import Decoded, LineKeys, decode, guarded, int_or_none, str_or_none
 
 SOURCE_FORMAT = "claude-code.stream-json"
 STREAM_TYPES = frozenset(
@@ -84,7 +84,11 @@ def parse_records(lines: Iterable[bytes], source: str) -> Iterator[Observation |
     parser = StreamParser(source)
     for lineno, line in enumerate(lines, start=1):
         if line.strip():
-            yield from parser.feed_line(line, f"line {lineno}")
+            where = f"line {lineno}"
+            yield from guarded(
+                lambda: parser.feed_line(line, where),  # noqa: B023 (called at once)
+                line, source, where, AGENT, SOURCE_FORMAT,
+            )
     yield from parser.finish()
 
 

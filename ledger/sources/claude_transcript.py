@@ -47,7 +47,7 @@ from ledger.sources.claude_common import (
     text_hash,
     tool_error_text,
 )
-from ledger.sources.jsonl import numbered_lines
+from ledger.sources.jsonl import guarded, numbered_lines
 
 SOURCE_FORMAT = "claude-code.transcript"
 PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
@@ -129,7 +129,10 @@ class TranscriptParser:
         """Feed ``lines``, numbered from ``first`` (a line's location is ``line N``);
         blank lines are skipped, and counted. Call :meth:`finish` after the last."""
         for lineno, line in numbered_lines(lines, first):
-            yield from self.feed_line(line, str(lineno))
+            yield from guarded(
+                lambda: self.feed_line(line, str(lineno)),  # noqa: B023 (called at once)
+                line, self.source, f"line {lineno}", AGENT, SOURCE_FORMAT,
+            )
 
     def feed_line(self, line: bytes, location: str) -> Iterator[Observation | Rejected]:
         try:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ledger.observation import Observation, Rejected, SessionRef
 from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
-from ledger.sources.jsonl import Decoded, PrefixChain, decode, str_or_none
+from ledger.sources.jsonl import Decoded, PrefixChain, decode, guarded, str_or_none
 
 SOURCE_FORMAT = "codex.exec-json"
 EXEC_TYPES = frozenset(
@@ -80,7 +80,11 @@ def parse_records(lines: Iterable[bytes], source: str) -> Iterator[Observation |
     parser = ExecParser(source)
     for lineno, line in enumerate(lines, start=1):
         if line.strip():
-            yield from parser.feed_line(line, f"line {lineno}")
+            where = f"line {lineno}"
+            yield from guarded(
+                lambda: parser.feed_line(line, where),  # noqa: B023 (called at once)
+                line, source, where, AGENT, SOURCE_FORMAT,
+            )
     yield from parser.finish()
 
 

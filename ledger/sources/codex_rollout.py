@@ -53,6 +53,7 @@ from ledger.sources.jsonl import (
     Decoded,
     LineKeys,
     decode,
+    guarded,
     int_or_none,
     numbered_lines,
     str_or_none,
@@ -132,7 +133,11 @@ class RolloutParser:
         """Feed ``lines``, numbered from ``first`` (a line's location is ``line N``);
         blank lines are skipped, and counted. Call :meth:`finish` after the last."""
         for lineno, line in numbered_lines(lines, first):
-            yield from self.feed_line(line, f"line {lineno}")
+            where = f"line {lineno}"
+            yield from guarded(
+                lambda: self.feed_line(line, where),  # noqa: B023 (called at once)
+                line, self.source, where, AGENT, SOURCE_FORMAT,
+            )
 
     def feed_line(self, line: bytes, location: str) -> list[Observation | Rejected]:
         decoded = decode(line, self.source, location, AGENT, SOURCE_FORMAT)

@@ -62,7 +62,7 @@ from ledger.sources.adapter_kit import (
     parse_time,
     prompt_kind,
 )
-from ledger.sources.jsonl import numbered_lines
+from ledger.sources.jsonl import guarded, numbered_lines
 
 AGENT = "gemini"
 SOURCE_FORMAT = "gemini.chat"
@@ -136,7 +136,11 @@ def parse_document(data: bytes, source: str, fallback_id: str) -> Iterator[Obser
     if isinstance(doc.get("messages"), list):
         yield from parser.header({k: v for k, v in doc.items() if k != "messages"}, "header")
         for i, msg in enumerate(doc["messages"]):
-            yield from parser.message(msg, f"messages[{i}]")
+            where = f"messages[{i}]"
+            yield from guarded(
+                lambda: parser.message(msg, where),  # noqa: B023 (called at once)
+                orjson.dumps(msg), source, where, AGENT, SOURCE_FORMAT,
+            )
     elif isinstance(doc.get("history"), list):
         yield from parser.header({k: v for k, v in doc.items() if k != "history"}, "header")
         yield from parser.history(doc["history"], doc.get("meta"))
@@ -188,13 +192,21 @@ class ChatParser:
             if not isinstance(rec, dict):
                 reason = f"record is a JSON {type(rec).__name__}, not an object"
                 yield Rejected(self.source, where, reason, line, AGENT, SOURCE_FORMAT_JSONL)
-            elif "id" in rec and "type" in rec:
-                yield from self.message(rec, where)
-            elif "sessionId" in rec and self.ref is None:
-                yield from self.header(rec, where)
             else:
-                label = "$set" if "$set" in rec else (as_str(rec.get("type")) or "(none)")
-                yield from self.record(rec, label, self.line_keys.key(line))
+                yield from guarded(
+                    lambda: self._line(rec, line, where),  # noqa: B023 (called at once)
+                    line, self.source, where, AGENT, SOURCE_FORMAT_JSONL,
+                )
+
+    def _line(self, rec: dict[str, Any], line: bytes, where: str) -> Iterator[Observation]:
+        """The facts of one JSONL record (an object)."""
+        if "id" in rec and "type" in rec:
+            yield from self.message(rec, where)
+        elif "sessionId" in rec and self.ref is None:
+            yield from self.header(rec, where)
+        else:
+            label = "$set" if "$set" in rec else (as_str(rec.get("type")) or "(none)")
+            yield from self.record(rec, label, self.line_keys.key(line))
 
     @property
     def session(self) -> SessionRef:

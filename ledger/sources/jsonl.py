@@ -9,14 +9,14 @@ records without an id of their own are built from the line's bytes (see
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from ledger import jsontext
-from ledger.observation import MAX_COUNT, Rejected
+from ledger.observation import MAX_COUNT, Observation, Rejected
 from ledger.privacy import may_hold_private, strip_private
 
 
@@ -90,6 +90,24 @@ def numbered_lines(lines: Iterable[bytes], first: int = 1) -> Iterator[tuple[int
     for number, line in enumerate(lines, start=first):
         if line.strip():
             yield number, line
+
+
+def guarded(
+    facts: Callable[[], Iterable[Observation | Rejected]],
+    line: bytes,
+    source: str,
+    location: str,
+    agent: str,
+    source_format: str,
+) -> list[Observation | Rejected]:
+    """The facts ``facts()`` reads from one record, or, when the parser raises on it (a
+    shape it does not expect), that record kept as rejected input with the reason, so
+    the rest of its file is still read. A record gives all its facts or none."""
+    try:
+        return list(facts())
+    except Exception as e:
+        reason = f"the {source_format} parser cannot read this record: {type(e).__name__}: {e}"
+        return [Rejected(source, location, reason, line, agent, source_format)]
 
 
 def str_or_none(value: Any) -> str | None:
