@@ -261,3 +261,11 @@ def test_a_negative_sessions_limit_is_a_usage_error(settings: Settings) -> None:
     # on PostgreSQL `LIMIT -1` is an error (a traceback); on SQLite it listed everything
     out = cli(settings, "sessions", "--limit", "-1", check=False)
     assert out.returncode == 2 and b"--limit" in out.stderr
+
+
+def test_an_unknown_agent_filter_is_a_usage_error_naming_the_agents(settings: Settings) -> None:
+    # `sessions --agent claude` (for claude-code) listed nothing and said nothing
+    out = cli(settings, "sessions", "--agent", "claude", check=False)
+    assert out.returncode == 2
+    assert b"unknown agent 'claude'" in out.stderr and b"claude-code" in out.stderr
+    assert cli(settings, "sessions", "--agent", "claude-code", "--json").returncode == 0
