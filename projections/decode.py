@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -130,7 +130,7 @@ class LogReader:
                 fields["timestamp"] = ts.astimezone(UTC)
             ts = fields["occurred_at"]
             if ts is not None and ts.tzinfo is not None and ts.tzinfo is not UTC:
-                fields["occurred_at"] = ts.astimezone(UTC)
+                fields["occurred_at"] = _utc_or_none(ts)
             events.append((position, event))
             decoded.add(cls)
         return Section(positions, events, decoded)
@@ -161,3 +161,14 @@ class LogReader:
 def _without_nul(head: bytes) -> bytes:
     """Stored JSON ``head`` with each ``\\u0000`` escape as ``\\ufffd``."""
     return _NUL.sub(rb"\1\\ufffd", head) if b"\\u0000" in head else head
+
+
+def _utc_or_none(ts: datetime) -> datetime | None:
+    """``ts`` in UTC; None when that instant is past year 9999 or before year 1 (a
+    source time such as ``9999-12-31T23:59:59-01:00``, which stores written before
+    2026-11-27 may hold: read as no source time, as sources now record it, instead of
+    stopping every projection at it)."""
+    try:
+        return ts.astimezone(UTC)
+    except OverflowError:
+        return None

@@ -442,3 +442,23 @@ def test_costs_whose_sum_overflows_to_infinity_are_no_costs(
         assert client.get("/v1/sessions?totals=1").status_code == 200
     [session] = queries.list_sessions(services.models)
     assert session["agent_cost_usd"] is None
+
+
+def test_a_store_holding_a_source_time_past_year_9999_in_utc_is_projected(
+    services: Services,
+) -> None:
+    # stores written before the edge fix may hold such a time; every projection stopped
+    # at it (OverflowError converting it to UTC), for good
+    from datetime import datetime, timedelta, timezone
+
+    from ledger.observation import Observation, SessionRef
+
+    far = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1)))
+    ref = SessionRef("claude-code", "old-store", cwd="/x")
+    prompt = {"text": "hi", "prompt_kind": "human"}
+    services.ledger.record(
+        [Observation(ref, "PromptSubmitted", "p1", prompt, "claude-code.hook", occurred_at=far)]
+    )
+    services.runner.catch_up()
+    [session] = queries.list_sessions(services.models)
+    assert session["prompt_count"] == 1 and session["started_at"] is not None
