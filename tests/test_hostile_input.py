@@ -462,3 +462,42 @@ def test_a_store_holding_a_source_time_past_year_9999_in_utc_is_projected(
     services.runner.catch_up()
     [session] = queries.list_sessions(services.models)
     assert session["prompt_count"] == 1 and session["started_at"] is not None
+
+
+@pytest.mark.parametrize(
+    ("fixture", "module", "helper", "args"),
+    [
+        ("cursor_transcript_small.jsonl", "cursor_transcript", "_unwrap", ("conv",)),
+        ("openclaw_session_small.jsonl", "openclaw_transcript", "_text", ("fallback",)),
+    ],
+)
+def test_a_record_the_cursor_or_openclaw_parser_raises_on_ends_only_that_record(
+    monkeypatch: pytest.MonkeyPatch, fixture: str, module: str, helper: str, args: tuple
+) -> None:
+    # no record shape found makes these two parsers raise (fuzzed); a bug that one day
+    # does is stood for by a text helper of theirs that raises on the word "boom"
+    import importlib
+
+    parser = importlib.import_module(f"ledger.sources.{module}")
+    real = getattr(parser, helper)
+
+    def failing(value: object) -> str:
+        if "boom" in json.dumps(value):
+            raise TypeError("unexpected shape")
+        return real(value)
+
+    def kinds(lines: list[bytes]) -> list[str]:
+        return [f.kind for f in parser.parse_records(lines, "src", *args) if hasattr(f, "kind")]
+
+    lines = (FIXTURES / "agent-sessions-schema-drift" / fixture).read_bytes().splitlines()
+    hit = 2  # a user message: both helpers read it
+    assert b'"role":"user"' in lines[hit]
+    whole = kinds(lines)
+    of_hit = len(kinds(lines[: hit + 1])) - len(kinds(lines[:hit]))
+    monkeypatch.setattr(parser, helper, failing)
+    lines[hit] = lines[hit].replace(b'"text":"', b'"text":"boom ', 1)
+    facts = list(parser.parse_records(lines, "src", *args))
+    [rejected] = [f for f in facts if not hasattr(f, "kind")]
+    assert rejected.reason.endswith("parser cannot read this record: TypeError: unexpected shape")
+    assert rejected.location == f"line {hit + 1}" and b"boom" in rejected.data
+    assert of_hit >= 1 and len([f for f in facts if hasattr(f, "kind")]) == len(whole) - of_hit

@@ -84,86 +84,91 @@ def parse_records(
             reason = f"record is a JSON {type(rec).__name__}, not an object"
             yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
             continue
-        redactions: list[dict[str, Any]] = []
-        if may_hold_private(line):
-            rec, redactions = strip_private(rec, raw=line)
-        key = keys.key(line)
-        common: dict[str, Any] = {
-            "source_format": SOURCE_FORMAT,
-            "record_key": key,
-            "after_prompt": last_prompt,
-        }
+        try:  # a record the parser raises on is rejected; the rest of the file is read
+            redactions: list[dict[str, Any]] = []
+            if may_hold_private(line):
+                rec, redactions = strip_private(rec, raw=line)
+            key = keys.key(line)
+            common: dict[str, Any] = {
+                "source_format": SOURCE_FORMAT,
+                "record_key": key,
+                "after_prompt": last_prompt,
+            }
 
-        def obs(
-            kind: str, data: dict[str, Any], k: str = key, common: dict[str, Any] = common
-        ) -> Observation:
-            return Observation(ref, kind, k, data, **common)
+            def obs(
+                kind: str, data: dict[str, Any], k: str = key, common: dict[str, Any] = common
+            ) -> Observation:
+                return Observation(ref, kind, k, data, **common)
 
-        role = as_str(rec.get("role"))
-        message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
-        content = message.get("content")
-        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-        texts = (
-            [content]
-            if isinstance(content, str)
-            else [
-                b["text"]
-                for b in blocks
-                if b.get("type") == "text" and isinstance(b.get("text"), str)
-            ]
-        )
-        facts: list[Observation] = []
-        if role == "user":
-            text = _unwrap("\n".join(texts))
-            if text.strip():
-                kind = prompt_kind(text)
-                p = obs("PromptSubmitted", {"text": text, "prompt_kind": kind})
-                p.after_prompt = None
-                p.alias_keys = (prompts.alias(conversation_id, text),)
-                facts.append(p)
-                if kind == "human":  # the alias: also the hook's copy of the prompt
-                    last_prompt = p.alias_keys[0]
-            for i, b in enumerate(blocks):
-                if b.get("type") in _RESULTS:
-                    facts.append(_result(b, f"{key}#{i}", open_calls, obs))
-        elif role == "assistant":
-            facts.append(
-                obs(
-                    "AssistantReplied",
-                    {
-                        "message_id": key,
-                        "model": as_str(rec.get("model")),
-                        "text": "\n".join(texts),
-                        "has_thinking": any(b.get("type") == "thinking" for b in blocks),
-                    },
-                )
+            role = as_str(rec.get("role"))
+            message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+            content = message.get("content")
+            blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+            texts = (
+                [content]
+                if isinstance(content, str)
+                else [
+                    b["text"]
+                    for b in blocks
+                    if b.get("type") == "text" and isinstance(b.get("text"), str)
+                ]
             )
-            for i, b in enumerate(blocks):
-                if b.get("type") in _CALLS:
-                    tool_id = as_str(b.get("id"))
-                    name = as_str(b.get("name")) or "(unknown)"
-                    alias = None if tool_id else calls.alias(name, b.get("input"))
-                    tool_id = tool_id or f"{key}#{i}"
-                    open_calls.append((tool_id, name, alias))
-                    start = obs(
-                        "ToolCallStarted",
+            facts: list[Observation] = []
+            if role == "user":
+                text = _unwrap("\n".join(texts))
+                if text.strip():
+                    kind = prompt_kind(text)
+                    p = obs("PromptSubmitted", {"text": text, "prompt_kind": kind})
+                    p.after_prompt = None
+                    p.alias_keys = (prompts.alias(conversation_id, text),)
+                    facts.append(p)
+                    if kind == "human":  # the alias: also the hook's copy of the prompt
+                        last_prompt = p.alias_keys[0]
+                for i, b in enumerate(blocks):
+                    if b.get("type") in _RESULTS:
+                        facts.append(_result(b, f"{key}#{i}", open_calls, obs))
+            elif role == "assistant":
+                facts.append(
+                    obs(
+                        "AssistantReplied",
                         {
-                            "tool_use_id": tool_id,
-                            "tool_name": name,
-                            "tool_input": b.get("input"),
                             "message_id": key,
+                            "model": as_str(rec.get("model")),
+                            "text": "\n".join(texts),
+                            "has_thinking": any(b.get("type") == "thinking" for b in blocks),
                         },
-                        f"tool:{tool_id}:start",
                     )
-                    start.alias_keys = (alias,) if alias else ()
-                    facts.append(start)
-        elif rec.get("type") == "turn_ended":
-            facts.append(obs("TurnEnded", {"reason": as_str(rec.get("status")) or "turn_ended"}))
-        if not facts:
-            label = f"message:{role}" if role else (as_str(rec.get("type")) or "(none)")
-            facts.append(obs("RecordObserved", {"record_type": label}))
-        facts[0].raw = rec
-        facts[0].redactions = tuple(redactions)
+                )
+                for i, b in enumerate(blocks):
+                    if b.get("type") in _CALLS:
+                        tool_id = as_str(b.get("id"))
+                        name = as_str(b.get("name")) or "(unknown)"
+                        alias = None if tool_id else calls.alias(name, b.get("input"))
+                        tool_id = tool_id or f"{key}#{i}"
+                        open_calls.append((tool_id, name, alias))
+                        start = obs(
+                            "ToolCallStarted",
+                            {
+                                "tool_use_id": tool_id,
+                                "tool_name": name,
+                                "tool_input": b.get("input"),
+                                "message_id": key,
+                            },
+                            f"tool:{tool_id}:start",
+                        )
+                        start.alias_keys = (alias,) if alias else ()
+                        facts.append(start)
+            elif rec.get("type") == "turn_ended":
+                facts.append(obs("TurnEnded", {"reason": as_str(rec.get("status")) or "turn_ended"}))
+            if not facts:
+                label = f"message:{role}" if role else (as_str(rec.get("type")) or "(none)")
+                facts.append(obs("RecordObserved", {"record_type": label}))
+            facts[0].raw = rec
+            facts[0].redactions = tuple(redactions)
+        except Exception as e:
+            reason = f"the {SOURCE_FORMAT} parser cannot read this record: {type(e).__name__}: {e}"
+            yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
+            continue
         yield from facts
 
 

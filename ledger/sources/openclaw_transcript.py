@@ -87,87 +87,92 @@ def parse_records(
             reason = f"record is a JSON {type(rec).__name__}, not an object"
             yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
             continue
-        redactions: list[dict[str, Any]] = []
-        if may_hold_private(line):
-            rec, redactions = strip_private(rec, raw=line)
-        rtype = as_str(rec.get("type")) or "(none)"
-        rid = as_str(rec.get("id"))
-        if rtype == "session" and rid and lineno == 1:
-            ref = SessionRef(AGENT, rid, cwd=as_str(rec.get("cwd")))
-            version = str(rec["version"]) if isinstance(rec.get("version"), int | str) else None
-        if rid and rid not in seen_ids:
-            seen_ids.add(rid)
-            key = f"rec:{rid}"
-        else:
-            key = keys.key(line)
-        common: dict[str, Any] = {
-            "source_format": SOURCE_FORMAT,
-            "source_version": version,
-            "record_key": key,
-            "occurred_at": parse_time(rec.get("timestamp")),
-            "after_prompt": last_prompt,
-        }
+        try:  # a record the parser raises on is rejected; the rest of the file is read
+            redactions: list[dict[str, Any]] = []
+            if may_hold_private(line):
+                rec, redactions = strip_private(rec, raw=line)
+            rtype = as_str(rec.get("type")) or "(none)"
+            rid = as_str(rec.get("id"))
+            if rtype == "session" and rid and lineno == 1:
+                ref = SessionRef(AGENT, rid, cwd=as_str(rec.get("cwd")))
+                version = str(rec["version"]) if isinstance(rec.get("version"), int | str) else None
+            if rid and rid not in seen_ids:
+                seen_ids.add(rid)
+                key = f"rec:{rid}"
+            else:
+                key = keys.key(line)
+            common: dict[str, Any] = {
+                "source_format": SOURCE_FORMAT,
+                "source_version": version,
+                "record_key": key,
+                "occurred_at": parse_time(rec.get("timestamp")),
+                "after_prompt": last_prompt,
+            }
 
-        def obs(
-            kind: str,
-            data: dict[str, Any],
-            k: str = key,
-            common: dict[str, Any] = common,
-            ref: SessionRef = ref,
-        ) -> Observation:
-            return Observation(ref, kind, k, data, **common)
+            def obs(
+                kind: str,
+                data: dict[str, Any],
+                k: str = key,
+                common: dict[str, Any] = common,
+                ref: SessionRef = ref,
+            ) -> Observation:
+                return Observation(ref, kind, k, data, **common)
 
-        facts: list[Observation] = []
-        message = rec.get("message") if isinstance(rec.get("message"), dict) else None
-        if rtype == "message" and message is not None:
-            role = as_str(message.get("role"))
-            if role == "user":
-                text = _text(message.get("content"))
-                if text.strip():
-                    kind = prompt_kind(text)
-                    p = obs("PromptSubmitted", {"text": text, "prompt_kind": kind})
-                    p.after_prompt = None
-                    p.alias_keys = (prompts.alias(ref.external_id, text),)
-                    facts.append(p)
-                    if kind == "human":  # the alias: also the hook's copy of the prompt
-                        last_prompt = p.alias_keys[0]
-            elif role == "assistant":
-                facts.extend(_assistant(message, key, obs, calls))
-            elif role == "toolResult":
-                tid = as_str(message.get("toolCallId")) or key
-                is_error = message.get("isError") is True
-                content = message.get("content")
-                done = obs(
-                    "ToolCallCompleted",
-                    {
-                        "tool_use_id": tid,
-                        "tool_name": as_str(message.get("toolName")),
-                        "output": content,
-                        "is_error": is_error,
-                        "error": _text(content) if is_error else None,
-                    },
-                    f"tool:{tid}:end",
+            facts: list[Observation] = []
+            message = rec.get("message") if isinstance(rec.get("message"), dict) else None
+            if rtype == "message" and message is not None:
+                role = as_str(message.get("role"))
+                if role == "user":
+                    text = _text(message.get("content"))
+                    if text.strip():
+                        kind = prompt_kind(text)
+                        p = obs("PromptSubmitted", {"text": text, "prompt_kind": kind})
+                        p.after_prompt = None
+                        p.alias_keys = (prompts.alias(ref.external_id, text),)
+                        facts.append(p)
+                        if kind == "human":  # the alias: also the hook's copy of the prompt
+                            last_prompt = p.alias_keys[0]
+                elif role == "assistant":
+                    facts.extend(_assistant(message, key, obs, calls))
+                elif role == "toolResult":
+                    tid = as_str(message.get("toolCallId")) or key
+                    is_error = message.get("isError") is True
+                    content = message.get("content")
+                    done = obs(
+                        "ToolCallCompleted",
+                        {
+                            "tool_use_id": tid,
+                            "tool_name": as_str(message.get("toolName")),
+                            "output": content,
+                            "is_error": is_error,
+                            "error": _text(content) if is_error else None,
+                        },
+                        f"tool:{tid}:end",
+                    )
+                    alias = calls.end(tid)
+                    if alias is not None:
+                        done.extra["call_alias"] = alias
+                    facts.append(done)
+                if not facts:
+                    facts.append(obs("RecordObserved", {"record_type": f"message:{role}"}))
+            elif rtype == "compaction":
+                facts.append(
+                    obs(
+                        "Compacted",
+                        {
+                            "summary": as_str(rec.get("summary")),
+                            "pre_tokens": as_int(rec.get("tokensBefore")),
+                        },
+                    )
                 )
-                alias = calls.end(tid)
-                if alias is not None:
-                    done.extra["call_alias"] = alias
-                facts.append(done)
-            if not facts:
-                facts.append(obs("RecordObserved", {"record_type": f"message:{role}"}))
-        elif rtype == "compaction":
-            facts.append(
-                obs(
-                    "Compacted",
-                    {
-                        "summary": as_str(rec.get("summary")),
-                        "pre_tokens": as_int(rec.get("tokensBefore")),
-                    },
-                )
-            )
-        else:
-            facts.append(obs("RecordObserved", {"record_type": rtype}))
-        facts[0].raw = rec
-        facts[0].redactions = tuple(redactions)
+            else:
+                facts.append(obs("RecordObserved", {"record_type": rtype}))
+            facts[0].raw = rec
+            facts[0].redactions = tuple(redactions)
+        except Exception as e:
+            reason = f"the {SOURCE_FORMAT} parser cannot read this record: {type(e).__name__}: {e}"
+            yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
+            continue
         yield from facts
 
 
