@@ -40,6 +40,7 @@ from ledger.sources.adapter_kit import (
     as_str,
     prompt_kind,
 )
+from ledger.sources.jsonl import unreadable
 
 AGENT = "cursor"
 SOURCE_FORMAT = "cursor.transcript"
@@ -166,8 +167,7 @@ def parse_records(
             facts[0].raw = rec
             facts[0].redactions = tuple(redactions)
         except Exception as e:
-            reason = f"the {SOURCE_FORMAT} parser cannot read this record: {type(e).__name__}: {e}"
-            yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
+            yield unreadable(e, line, source, f"line {lineno}", AGENT, SOURCE_FORMAT)
             continue
         yield from facts
 

@@ -106,8 +106,15 @@ def guarded(
     try:
         return list(facts())
     except Exception as e:
-        reason = f"the {source_format} parser cannot read this record: {type(e).__name__}: {e}"
-        return [Rejected(source, location, reason, line, agent, source_format)]
+        return [unreadable(e, line, source, location, agent, source_format)]
+
+
+def unreadable(
+    error: Exception, line: bytes, source: str, location: str, agent: str, source_format: str
+) -> Rejected:
+    """A record its parser raised ``error`` on, as rejected input with the reason."""
+    reason = f"the {source_format} parser cannot read this record: {type(error).__name__}: {error}"
+    return Rejected(source, location, reason, line, agent, source_format)
 
 
 def str_or_none(value: Any) -> str | None:

@@ -42,6 +42,7 @@ from ledger.sources.adapter_kit import (
     parse_time,
     prompt_kind,
 )
+from ledger.sources.jsonl import unreadable
 
 AGENT = "openclaw"
 SOURCE_FORMAT = "openclaw.transcript"
@@ -170,8 +171,7 @@ def parse_records(
             facts[0].raw = rec
             facts[0].redactions = tuple(redactions)
         except Exception as e:
-            reason = f"the {SOURCE_FORMAT} parser cannot read this record: {type(e).__name__}: {e}"
-            yield Rejected(source, f"line {lineno}", reason, line, AGENT, SOURCE_FORMAT)
+            yield unreadable(e, line, source, f"line {lineno}", AGENT, SOURCE_FORMAT)
             continue
         yield from facts
 
