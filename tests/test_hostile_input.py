@@ -501,3 +501,19 @@ def test_a_record_the_cursor_or_openclaw_parser_raises_on_ends_only_that_record(
     assert rejected.reason.endswith("parser cannot read this record: TypeError: unexpected shape")
     assert rejected.location == f"line {hit + 1}" and b"boom" in rejected.data
     assert of_hit >= 1 and len([f for f in facts if hasattr(f, "kind")]) == len(whole) - of_hit
+
+
+def test_a_gemini_chat_document_message_its_parser_cannot_read_is_rejected_alone(
+    services: Services, tmp_path: Path
+) -> None:
+    doc = json.loads((FIXTURES / "agent-sessions-schema-drift" / "gemini_small.json").read_bytes())
+    assert [m["type"] for m in doc["messages"]] == ["user", "gemini"]
+    doc["messages"][1]["toolCalls"] = True  # its parser raised TypeError on this
+    (tmp_path / "session-x.json").write_text(json.dumps(doc))
+    summary = import_paths(services.ledger, [tmp_path], workers=0)
+    assert summary.files == 1 and not summary.skipped and summary.result.rejected == 1
+    reasons = [getattr(e, "reason", "") for _, e in services.ledger.read_log(0, 1000)]
+    assert any(r.startswith("the gemini.chat parser cannot read this record: TypeError") for r in reasons)
+    services.runner.catch_up()
+    [session] = queries.list_sessions(services.models)
+    assert session["prompt_count"] == 1  # the message before it

@@ -62,7 +62,7 @@ from ledger.sources.adapter_kit import (
     parse_time,
     prompt_kind,
 )
-from ledger.sources.jsonl import guarded, numbered_lines
+from ledger.sources.jsonl import guarded, numbered_lines, unreadable
 
 AGENT = "gemini"
 SOURCE_FORMAT = "gemini.chat"
@@ -137,10 +137,11 @@ def parse_document(data: bytes, source: str, fallback_id: str) -> Iterator[Obser
         yield from parser.header({k: v for k, v in doc.items() if k != "messages"}, "header")
         for i, msg in enumerate(doc["messages"]):
             where = f"messages[{i}]"
-            yield from guarded(
-                lambda: parser.message(msg, where),  # noqa: B023 (called at once)
-                orjson.dumps(msg), source, where, AGENT, SOURCE_FORMAT,
-            )
+            try:  # the message's text is written only for the rejected record
+                facts = list(parser.message(msg, where))
+            except Exception as e:
+                facts = [unreadable(e, orjson.dumps(msg), source, where, AGENT, SOURCE_FORMAT)]
+            yield from facts
     elif isinstance(doc.get("history"), list):
         yield from parser.header({k: v for k, v in doc.items() if k != "history"}, "header")
         yield from parser.history(doc["history"], doc.get("meta"))
