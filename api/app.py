@@ -71,6 +71,7 @@ from api.jobs import run_jobs
 from api.plans import routes as plan_routes
 from api.projection_process import ProjectionProcess
 from api.summaries import SummaryThread
+from api.url_guard import NulInUrl
 from ledger.envelope import raw_record
 from projections import queries
 
@@ -253,7 +254,10 @@ def create_app(
             *analytics_routes(services),
         ],
         lifespan=lifespan,
-        middleware=[Middleware(TokenMiddleware, token=token)] if token else [],
+        middleware=[
+            *([Middleware(TokenMiddleware, token=token)] if token else []),
+            Middleware(NulInUrl),
+        ],
         exception_handlers=dict.fromkeys(DATABASE_ERRORS, _database_error),
     )
 

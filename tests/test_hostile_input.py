@@ -517,3 +517,35 @@ def test_a_gemini_chat_document_message_its_parser_cannot_read_is_rejected_alone
     services.runner.catch_up()
     [session] = queries.list_sessions(services.models)
     assert session["prompt_count"] == 1  # the message before it
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/v1/sessions?agent=claude-code%00", "/v1/sessions?status=ACTIVE%00",
+        "/v1/sessions/ab%00cd", "/v1/sessions/ab%00/events", "/v1/sessions/ab%00/summaries",
+        "/v1/sessions/ab%00/plans", "/v1/search?q=tests&project=%2Frepo%00",
+        "/v1/context?cwd=%2Frepo%00",
+    ],
+)
+def test_a_nul_in_a_url_is_a_400_with_the_reason_on_both_backends(
+    services: Services, url: str
+) -> None:
+    # PostgreSQL text cannot hold NUL: these answered 500 there (and an empty 200 on
+    # SQLite) before the URL guard
+    with TestClient(create_app(services), raise_server_exceptions=False) as client:
+        r = client.get(url)
+        assert r.status_code == 400, (url, r.status_code, r.text)
+        assert "NUL" in r.json()["error"]
+        r = client.post("/v1/sessions/ab%00/commands/pause")
+        assert r.status_code == 400, r.text
+
+
+def test_a_hook_posted_to_an_agent_name_holding_nul_is_still_recorded(
+    services: Services,
+) -> None:
+    with TestClient(create_app(services)) as client:
+        r = client.post("/v1/hooks/claude%00code", content=PROMPT)
+    assert r.status_code == 404 and r.json()["rejected"] is True
+    services.runner.catch_up()
+    assert queries.stats(services.models)["rejected"] == 1
