@@ -20,6 +20,10 @@ from ledger.secrets import RuleSet, redact_field_value, redact_secrets, rules_fo
 
 _TAG = re.compile(r"<(/?)private\s{0,16}>", re.IGNORECASE | re.ASCII)
 PLACEHOLDER = "[private]"
+_TAG_CHAR_ESCAPE = re.compile(r"\\u00(3[cCeE]|2[fF]|7[0246]|6[159]|5[0246]|4[159])")
+"""A JSON ``\\uXXXX`` escape of a character a tag is made of: ``<``, ``>``, ``/`` and
+the letters of ``private`` in either case (Go's encoder, for one, writes ``<`` as
+``\\u003c``)."""
 
 
 def may_hold_private(raw: bytes) -> bool:
@@ -61,11 +65,39 @@ def strip_private_text(text: str) -> tuple[str, int]:
     return "".join(out), removed
 
 
-def redact_text(text: str, path: str = "$") -> tuple[str, list[dict[str, Any]]]:
+def decode_tag_escapes(text: str) -> str:
+    """``text`` (JSON text, or what may be) with the ``\\uXXXX`` escapes of the
+    characters a tag is made of decoded, so ``\\u003cprivate\\u003e`` reads as the
+    tag it spells inside a JSON string. The decoded characters need no escape in a JSON
+    string, so JSON text stays JSON. An escaped backslash before ``u003c`` is decoded
+    too: failing closed, such text may lose more than it should, never keep a span."""
+    if "\\u" not in text:
+        return text
+    return _TAG_CHAR_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def strip_private_json_text(text: str) -> tuple[str, int]:
+    """:func:`strip_private_text` of JSON text that could not be parsed (not JSON, too
+    deep): tags spelled with escapes count (:func:`decode_tag_escapes`). Returns (text,
+    spans removed); ``text`` unchanged when none was."""
+    decoded = decode_tag_escapes(text)
+    cleaned, n = strip_private_text(decoded)
+    return (cleaned, n) if n else (text, 0)
+
+
+def redact_text(
+    text: str, path: str = "$", *, json_text: bool = False
+) -> tuple[str, list[dict[str, Any]]]:
     """Strip ``<private>`` spans, then redact catalogued secrets, in one string (a hook
-    body or a rejected line as text). Returns (text, redaction dicts ``{kind, path,
+    body or a rejected line as text). ``json_text``: ``text`` is JSON text as received
+    (e.g. a rejected record), whose tags may be spelled with escapes
+    (:func:`strip_private_json_text`). Returns (text, redaction dicts ``{kind, path,
     count}``); kinds are ``private_tag`` and the :func:`ledger.secrets.catalogue` kinds."""
     redactions: list[dict[str, Any]] = []
+    if json_text:
+        text, n = strip_private_json_text(text)
+        if n:
+            redactions.append({"kind": "private_tag", "path": path, "count": n})
     return _text(text, path, redactions), redactions
 
 

@@ -81,8 +81,11 @@ class Quarantine(BaseAggregate[UUID]):
         if key in self.seen_keys:
             return 0
         # Privacy applies to rejected input too: strip <private> spans and redact secrets
-        # in the text (invalid UTF-8 survives via surrogateescape) before anything is stored.
-        cleaned, redactions = redact_text(rejected.data.decode("utf-8", "surrogateescape"))
+        # in the text (invalid UTF-8 survives via surrogateescape) before anything is stored;
+        # it may be JSON whose tags are spelled with escapes.
+        cleaned, redactions = redact_text(
+            rejected.data.decode("utf-8", "surrogateescape"), json_text=True
+        )
         data = cleaned.encode("utf-8", "surrogateescape") if redactions else rejected.data
         kept = data[:MAX_KEPT_BYTES]
         if rejected.size is None:

@@ -111,6 +111,44 @@ def test_private_content_of_rejected_input_is_not_stored(services: Services) -> 
     assert SECRET not in json.dumps(stored_states(services))
 
 
+ESCAPED_PRIVATE = PRIVATE.replace("<", "\\u003c").replace(">", "\\u003E")
+"""The span as Go's JSON encoder writes it inside a string (``<`` and ``>`` escaped)."""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # too deep for the store (over 200 levels), not a JSON object, no session id
+        '{"session_id":"s","hook_event_name":"UserPromptSubmit","prompt":"'
+        + ESCAPED_PRIVATE + '","x":' + "[" * 300 + "]" * 300 + "}",
+        '["' + ESCAPED_PRIVATE + '"]',
+        '{"hook_event_name":"UserPromptSubmit","prompt":"' + ESCAPED_PRIVATE + '"}',
+    ],
+    ids=["too-deep", "not-an-object", "no-session"],
+)
+def test_private_content_spelled_with_json_escapes_in_rejected_input_is_not_stored(
+    services: Services, body: str
+) -> None:
+    # JSON text that is rejected is kept as text; a tag written with escapes was not
+    # seen there, so the span was stored whole in the quarantine
+    assert ingest_hook(services.ledger, "claude-code", body.encode(), "cap-esc", None).error
+    states = stored_states(services)
+    assert SECRET not in json.dumps(states)
+    [rejected] = [s for s in states if "reason" in s and "text" in s]
+    assert {"kind": "private_tag", "path": "$", "count": 1} in rejected["redactions"]
+
+
+def test_the_hot_path_strips_escaped_tags_from_a_body_it_cannot_parse() -> None:
+    from api.hot_path.hook_fast import strip_private_body
+
+    deep = '{"prompt":"' + ESCAPED_PRIVATE + '","x":' + "[" * 5000 + "]" * 5000 + "}"
+    body, found = strip_private_body(deep.encode())
+    assert SECRET.encode() not in body and b"[private]" in body
+    assert found == [{"kind": "private_tag", "path": "$", "count": 1}]
+    plain = '{"x":' + "[" * 5000 + "]" * 5000 + ',"note":"\\u003cb>bold\\u003c/b>"}'
+    assert strip_private_body(plain.encode()) == (plain.encode(), [])
+
+
 @pytest.mark.parametrize(
     ("tag_end", "json_escaped"),
     [("\\u0070rivate>", True), ("PRIVATE>", False)],

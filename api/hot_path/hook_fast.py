@@ -250,15 +250,21 @@ def redact_secrets_body(body: bytes) -> tuple[bytes, list[dict]]:
     library only) on the raw JSON text, imported from the package root beside this
     file. Returns (body, the redactions ``{kind, path: "$", count}``; ``[]`` when
     nothing was redacted)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from ledger.privacy import redact_text
-
-    text, redactions = redact_text(body.decode("utf-8", "surrogateescape"))
+    text, redactions = _privacy().redact_text(body.decode("utf-8", "surrogateescape"))
     if not redactions:
         return body, []
     return text.encode("utf-8", "surrogateescape"), redactions
+
+
+def _privacy():  # type: ignore[no-untyped-def]
+    """:mod:`ledger.privacy` (standard library only), imported from the package root
+    beside this file: only on the slow branches that need it."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from ledger import privacy
+
+    return privacy
 
 
 def _redact_path(path: str) -> str:
@@ -453,7 +459,9 @@ def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
     JSON paths of :func:`ledger.privacy.strip_private`, e.g. ``$.tool_input.command``,
     ``$.items[2]``, ``$.<key>`` for a key). An unpaired surrogate escape (``\\ud83d``,
     a string cut inside an emoji) is written back as that escape, invalid UTF-8 as the
-    bytes it was; a body nested deeper than Python recurses is scanned as text."""
+    bytes it was; a body nested deeper than Python recurses is scanned as text, where a
+    tag spelled with ``\\u`` escapes counts too
+    (:func:`ledger.privacy.strip_private_json_text`)."""
     import json
 
     try:
@@ -488,8 +496,9 @@ def strip_private_body(body: bytes) -> tuple[bytes, list[dict]]:
         if not found:
             return body, []
         return json.dumps(cleaned, ensure_ascii=False).encode("utf-8", errors), found
-    except (ValueError, RecursionError):  # not JSON, too deep, or unencodable: as text
-        cleaned, n = strip_private_text(text)
+    except (ValueError, RecursionError):  # not JSON, too deep, or unencodable: as text,
+        # whose tags may be spelled with escapes (ledger.privacy.strip_private_json_text)
+        cleaned, n = _privacy().strip_private_json_text(text)
         if not n:
             return body, []
         return cleaned.encode("utf-8", "surrogateescape"), [
