@@ -254,3 +254,18 @@ def test_a_summary_stored_at_class_version_1_verifies(store: Settings) -> None:
     _edit_state(store, position, lambda s: edit(s) if edit(s) != s else b"unchanged")
     result = cli(store, "verify", check=False)
     assert result.returncode == 0, result.stderr.decode()
+
+
+def test_cut_tail_with_its_anchors_deleted_is_detected_by_the_read_models_positions(
+    store: Settings,
+) -> None:
+    """The tail cut and the event_index rows above it deleted too: no anchor is left,
+    but the projections' tracking still says they read up to the old head."""
+    head = rows(store)[-1][0]
+    tamper(store, "DELETE FROM stored_events WHERE rowid > ?", head - 3)
+    with sqlite3.connect(store.data_dir / "views.db") as db:
+        assert db.execute("DELETE FROM event_index WHERE position > ?", (head - 3,)).rowcount == 3
+    result = cli(store, "verify", check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err + result.stdout.decode()
+    assert f"have read the log up to position {head}, but the log ends at {head - 3}" in err, err
