@@ -240,9 +240,18 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
         verify_export_cmd(ctx, path, against_store)
         return
     services = _services(ctx)
+    # read before the log: a healthy projection never gets ahead of the log's head
+    read_up_to = {s.name: s.position for s in services.runner.status()}
     anchors = store_anchors(services)  # event_index + the heads of earlier exports
     report = verify_store(services.ledger.recorder, services.ledger.mapper, anchors)
-    if report.ok:
+    head = services.ledger.max_position()
+    past = {name: position for name, position in read_up_to.items() if position > head}
+    ahead = [  # e.g. a cut tail whose event_index rows (the anchors) were deleted with it
+        f"the read models ({', '.join(past)}) have read the log up to position "
+        f"{max(past.values())}, but the log ends at {head}: events were deleted from "
+        "the log's tail (or these read models are another store's)"
+    ] if past else []
+    if report.ok and not ahead:
         click.echo(f"ok: {report.events} events in {report.streams} streams, {report.anchors} anchors checked")
         if report.events and not report.anchors:
             click.echo(
@@ -253,7 +262,7 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
                 err=True,
             )
         return
-    for problem in report.problems:
+    for problem in [*report.problems, *ahead]:
         click.echo(f"FAIL {problem}", err=True)
     ctx.exit(1)
 

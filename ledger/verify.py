@@ -22,10 +22,13 @@ The result names the first problem of each stream with its log position.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
+import orjson
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
 from ledger.envelope import RAW_SEPARATOR, chain_digest, stored_bytes
@@ -141,14 +144,44 @@ def verify_store(
 
 def _stored_as_encoded(event: object, state: bytes) -> bool:
     """Whether ``state`` is exactly what the ledger stores for ``event``. An event
-    stored at an earlier class version (upcast on reading) is not re-encoded as it was
-    then: its digest covers it instead."""
+    stored at an earlier class version (upcast on reading) cannot be re-encoded as it
+    was then: its bytes must instead be the ledger's plain encoding of a JSON object
+    (no duplicate key, no whitespace) each of whose values is the event's own."""
     version = getattr(type(event), "class_version", 1)
     if version > 1:
         head = state.partition(RAW_SEPARATOR)[0]
         if f'"class_version":{version}'.encode() not in head:
-            return True
+            return _stored_as_earlier_version(event, state, version)
     return stored_bytes(event) == state  # type: ignore[arg-type]
+
+
+def _stored_as_earlier_version(event: object, state: bytes, version: int) -> bool:
+    """Whether ``state`` can be the event stored at a class version below ``version``:
+    without this, taking ``class_version`` out of a current row would exempt it from
+    the byte-for-byte check (and let a duplicate key through)."""
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found = dict(pairs)
+        if len(found) != len(pairs):
+            raise ValueError("duplicate key")
+        return found
+
+    head, separator, tail = state.partition(RAW_SEPARATOR)
+    try:
+        stored = json.loads(head, object_pairs_hook=no_duplicates)
+        if not isinstance(stored, dict) or orjson.dumps(stored) != head:
+            return False
+        if separator:
+            stored["raw"] = tail.decode("utf-8")
+    except ValueError:  # includes UnicodeDecodeError
+        return False
+    own_head, own_separator, own_tail = stored_bytes(event).partition(RAW_SEPARATOR)  # type: ignore[arg-type]
+    own = orjson.loads(own_head)
+    if own_separator:
+        own["raw"] = own_tail.decode("utf-8")
+    earlier = stored.pop("class_version", 1)
+    if not isinstance(earlier, int) or isinstance(earlier, bool) or not 1 <= earlier < version:
+        return False
+    return all(key in own and own[key] == value for key, value in stored.items())
 
 
 def _rows_outside_log(recorder: ApplicationRecorder) -> list[tuple[str, int, int]]:

@@ -273,6 +273,31 @@ def test_a_manifest_whose_filters_contradict_partial_is_refused(copy: Path) -> N
     assert "'partial' is False but its filters" in err
 
 
+def _drop(key: str) -> object:
+    return lambda m: m.pop(key)
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(_drop("store_head_position"), id="no-store-head"),
+    pytest.param(_drop("data_format"), id="no-data-format"),
+    pytest.param(lambda m: m.update(data_format="csv"), id="unknown-data-format"),
+    pytest.param(lambda m: m["files"][0].update(path=5), id="file-path-not-a-string"),
+    pytest.param(lambda m: next(iter(m["streams"].values())).update(count="x"), id="count-not-a-number"),
+])
+def test_a_garbled_manifest_is_a_failure_not_a_traceback(
+    copy: Path, tmp_path: Path, edit: object
+) -> None:
+    """Also with --against-store, which read these fields without checking them."""
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)  # type: ignore[operator]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    settings = Settings(tmp_path / "store")
+    for extra in ((), ("--against-store",)):
+        code, _, err = verify(settings, copy, *extra)
+        assert code == 1 and "Traceback" not in err, err
+        assert err.startswith("FAIL manifest.json: "), err
+
+
 def test_jsonl_changed_byte_and_truncation(exports: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "jsonl"
     shutil.copytree(exports["jsonl"], out)

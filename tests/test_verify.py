@@ -224,3 +224,48 @@ def test_duplicate_key_and_a_row_outside_the_log_are_detected_on_postgres(
             "ORDER BY notification_id DESC LIMIT 1"
         )
     assert_fails_naming(settings, str(last_stream), -5)
+
+
+def _summarised_position(settings: Settings) -> int:
+    """Summarise the store's closed batches; the position of the first Summarised event
+    (the one class above class_version 1)."""
+    cli(settings, "summaries", "run", "--once")
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        (position,) = db.execute(
+            "SELECT min(rowid) FROM stored_events WHERE topic LIKE '%:Session.Summarised'"
+        ).fetchone()
+    assert position is not None
+    return int(position)
+
+
+def test_an_edit_that_takes_class_version_out_is_still_checked(store: Settings) -> None:
+    """Without "class_version":2 a Summarised row reads as stored at version 1 (upcast):
+    that must not exempt it from the byte check, or a duplicate key in front passes."""
+    position = _summarised_position(store)
+    stream = _edit_state(store, position, lambda s: (
+        b'{"input_tokens":5000000,' + s[1:].replace(b',"class_version":2}', b"}", 1)
+    ))
+    assert_fails_naming(store, stream, position)
+
+
+def test_a_summary_stored_at_class_version_1_verifies(store: Settings) -> None:
+    position = _summarised_position(store)
+    edit = lambda s: s.replace(b',"tokens_estimated":false,"class_version":2}', b"}", 1)  # noqa: E731
+    _edit_state(store, position, lambda s: edit(s) if edit(s) != s else b"unchanged")
+    result = cli(store, "verify", check=False)
+    assert result.returncode == 0, result.stderr.decode()
+
+
+def test_cut_tail_with_its_anchors_deleted_is_detected_by_the_read_models_positions(
+    store: Settings,
+) -> None:
+    """The tail cut and the event_index rows above it deleted too: no anchor is left,
+    but the projections' tracking still says they read up to the old head."""
+    head = rows(store)[-1][0]
+    tamper(store, "DELETE FROM stored_events WHERE rowid > ?", head - 3)
+    with sqlite3.connect(store.data_dir / "views.db") as db:
+        assert db.execute("DELETE FROM event_index WHERE position > ?", (head - 3,)).rowcount == 3
+    result = cli(store, "verify", check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err + result.stdout.decode()
+    assert f"have read the log up to position {head}, but the log ends at {head - 3}" in err, err

@@ -33,7 +33,7 @@ import orjson
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
 from ledger.exports.records import Filters, StreamHead, chain, kind_of, link, select
-from ledger.exports.writer import COLUMNS, FORMAT, FORMAT_VERSION, MANIFEST, as_row
+from ledger.exports.writer import COLUMNS, DATA_FILES, FORMAT, FORMAT_VERSION, MANIFEST, as_row
 
 INT_COLUMNS = ("position", "version")
 BATCH_ROWS = 1000
@@ -99,6 +99,21 @@ def read_manifest(path: Path) -> dict[str, Any]:
     entries = [*manifest["files"], *manifest["streams"].values()]
     if not manifest["files"] or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"{path / MANIFEST}: 'files' and 'streams' must hold objects")
+    if manifest.get("data_format") not in DATA_FILES:
+        raise ValueError(f"{path / MANIFEST}: 'data_format' is not one of {', '.join(DATA_FILES)}")
+    if not _is_int(manifest.get("store_head_position")):
+        raise ValueError(f"{path / MANIFEST}: 'store_head_position' missing or not an integer")
+    if not all(isinstance(e.get("path"), str) for e in manifest["files"]):
+        raise ValueError(f"{path / MANIFEST}: a file's 'path' is missing or not a string")
+    for stream, head in manifest["streams"].items():
+        if not all(
+            (_is_int if kind is int else lambda v: isinstance(v, str))(head.get(key))
+            for key, kind in STREAM_FIELDS
+        ):
+            raise ValueError(
+                f"{path / MANIFEST}: stream {stream}: "
+                f"{', '.join(key for key, _ in STREAM_FIELDS)} missing or mistyped"
+            )
     try:
         filters = Filters.from_dict(manifest.get("filters") or {})
     except (TypeError, ValueError, AttributeError) as e:
@@ -111,6 +126,17 @@ def read_manifest(path: Path) -> dict[str, Any]:
             f"{filters.as_dict()} say {filters.partial}"
         )
     return manifest
+
+
+STREAM_FIELDS = (
+    ("prev_digest", str), ("first_version", int), ("count", int), ("head_version", int),
+    ("head_digest", str), ("head_position", int),
+)
+"""The fields of each manifest ``streams`` entry (:class:`StreamHead`) and their types."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def verify_export(path: Path) -> ExportReport:
