@@ -148,6 +148,9 @@ def test_sql_output_errors_are_clear(settings: Settings, tmp_path: Path) -> None
             check=False)
     assert r.returncode == 1 and b"no directory" in r.stderr and b"Traceback" not in r.stderr
     assert not target.exists() and not missing.exists()
+    for blank in ("", " ; ", "/* nothing */"):  # no statement at all: an error, no traceback
+        r = cli(settings, "sql", blank, check=False)
+        assert r.returncode == 1 and b"no SQL statement" in r.stderr, r.stderr[-400:]
 
 
 def test_sql_csv_of_nested_values_and_booleans(settings: Settings) -> None:
