@@ -149,7 +149,10 @@ def parse_since(value: str | dt.datetime | dt.date | None) -> dt.datetime | None
         except ValueError:
             raise ValueError(f"since: not an ISO-8601 date or time: {value!r}") from None
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(dt.UTC).replace(tzinfo=None)
+        try:
+            parsed = parsed.astimezone(dt.UTC).replace(tzinfo=None)
+        except OverflowError:  # e.g. 9999-12-31T23:00-05:00: its UTC instant is past 9999
+            raise ValueError(f"since: out of range in UTC: {value!r}") from None
     return parsed
 
 
