@@ -64,6 +64,8 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
             click.echo(f"wrote {output}", err=True)
             return
         cur = con.execute(query)
+        if cur is None:  # only blanks, comments or semicolons
+            raise click.ClickException("QUERY holds no SQL statement")
         columns = [d[0] for d in cur.description] if cur.description else []
         rows = cur.fetchall() if columns else []
     except duckdb.Error as e:

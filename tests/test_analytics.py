@@ -343,6 +343,36 @@ def test_named_query_parameters(services: Services) -> None:
     con.close()
 
 
+def test_a_session_terminated_later_keeps_its_duration(services: Services) -> None:
+    from datetime import UTC, datetime
+    from uuid import UUID
+
+    from ledger.commands import run_command
+
+    import_paths(services.ledger, [AGENTCMD])  # real sessions of 2025, none ended
+    data = services.settings.data_dir
+    catch_up(services.ledger, data)
+    con = open_snapshot(data)
+    before = run_query(con, "session-durations")
+    sid, lasted = con.execute(
+        "SELECT id, epoch(last_activity_at - started_at) FROM sessions WHERE ended_at IS NULL"
+        " AND started_at IS NOT NULL ORDER BY last_activity_at - started_at DESC LIMIT 1"
+    ).fetchone()
+    con.close()
+    assert 60 <= lasted < 14400
+    # an operator terminates it now, long after its last activity: the command's (ledger)
+    # time is its end, but not its duration
+    run_command(services.ledger, UUID(str(sid)), "terminate", "t1", datetime.now(UTC))
+    catch_up(services.ledger, data)
+    con = open_snapshot(data)
+    try:
+        ended = con.execute("SELECT ended_at FROM sessions WHERE id = ?", [sid]).fetchone()[0]
+        assert ended.year >= 2026  # the command's time
+        assert run_query(con, "session-durations") == before  # was: one session in ">= 4 h"
+    finally:
+        con.close()
+
+
 def test_connect_catches_up_from_a_data_dir(settings: Settings) -> None:
     from projections.analytics import connect
 

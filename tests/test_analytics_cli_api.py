@@ -58,6 +58,11 @@ def test_analytics_command(settings: Settings) -> None:
     assert unknown.returncode == 2 and b"unknown query" in unknown.stderr
     bad = cli(settings, "analytics", "tool-usage", "--since", "last tuesday", check=False)
     assert bad.returncode == 2 and b"since" in bad.stderr
+    # a valid ISO time whose UTC instant is outside datetime's range: a usage error
+    for edge in ("9999-12-31T23:00:00-05:00", "0001-01-01T00:00:00+01:00"):
+        bad = cli(settings, "analytics", "cost-per-day", "--since", edge, check=False)
+        assert bad.returncode == 2 and b"since" in bad.stderr, bad.stderr[-400:]
+        assert b"Traceback" not in bad.stderr
     rebuilt = cli(settings, "analytics", "--rebuild", "tool-usage", "--json")
     assert json.loads(rebuilt.stdout) == tools
 
@@ -87,6 +92,9 @@ def test_http_named_queries(settings: Settings) -> None:
         assert httpx.get(srv.url + "/v1/analytics/nope", timeout=30).status_code == 404
         r = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"since": "soon"}, timeout=60)
         assert r.status_code == 400 and "since" in r.json()["error"]
+        r = httpx.get(srv.url + "/v1/analytics/tool-usage",
+                      params={"since": "9999-12-31T23:00:00-05:00"}, timeout=60)
+        assert r.status_code == 400 and "since" in r.json()["error"]  # was a 500
         r = httpx.get(srv.url + "/v1/analytics/tool-usage", params={"sql": "SELECT 1"},
                       timeout=60)
         assert r.status_code == 400  # no SQL over HTTP
@@ -148,6 +156,9 @@ def test_sql_output_errors_are_clear(settings: Settings, tmp_path: Path) -> None
             check=False)
     assert r.returncode == 1 and b"no directory" in r.stderr and b"Traceback" not in r.stderr
     assert not target.exists() and not missing.exists()
+    for blank in ("", " ; ", "/* nothing */"):  # no statement at all: an error, no traceback
+        r = cli(settings, "sql", blank, check=False)
+        assert r.returncode == 1 and b"no SQL statement" in r.stderr, r.stderr[-400:]
 
 
 def test_sql_csv_of_nested_values_and_booleans(settings: Settings) -> None:

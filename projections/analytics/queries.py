@@ -68,13 +68,16 @@ QUERIES: dict[str, tuple[str, str, int]] = {
     ),
     "session-durations": (
         "Distribution of session durations (end, else last activity, minus start; source "
-        "clock) in buckets, with each bucket's share of sessions.",
+        "clock: an end after the last activity, e.g. an operator's command, does not "
+        "lengthen it) in buckets, with each bucket's share of sessions.",
         """
         WITH b(bucket, lower_s, upper_s) AS (VALUES
             ('< 1 min', 0, 60), ('1-5 min', 60, 300), ('5-15 min', 300, 900),
             ('15-60 min', 900, 3600), ('1-4 h', 3600, 14400), ('>= 4 h', 14400, NULL)),
         d AS (
-            SELECT greatest(0, epoch(coalesce(ended_at, last_activity_at) - started_at)) AS s
+            -- ended_at may be the ledger's clock (a command into an ended state): never
+            -- past the last activity, or a session terminated a year later lasted a year
+            SELECT greatest(0, epoch(least(ended_at, last_activity_at) - started_at)) AS s
             FROM sessions
             WHERE started_at IS NOT NULL AND ($since IS NULL OR started_at >= $since)
         )
@@ -149,7 +152,10 @@ def parse_since(value: str | dt.datetime | dt.date | None) -> dt.datetime | None
         except ValueError:
             raise ValueError(f"since: not an ISO-8601 date or time: {value!r}") from None
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(dt.UTC).replace(tzinfo=None)
+        try:
+            parsed = parsed.astimezone(dt.UTC).replace(tzinfo=None)
+        except OverflowError:  # e.g. 9999-12-31T23:00-05:00: its UTC instant is past 9999
+            raise ValueError(f"since: out of range in UTC: {value!r}") from None
     return parsed
 
 
