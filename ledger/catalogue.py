@@ -42,6 +42,7 @@ UNITS: tuple[tuple[str, str, str], ...] = (
 LEDGER_PRODUCED: dict[str, str] = {
     "Session.Opened": "the ledger, before a stream's first fact",
     "Session.Reopened": "the ledger, when new activity arrives on an ended session",
+    "Session.CwdLearned": "the ledger, when a fact names the working directory of a session opened without one",
     "Session.LateStartObserved": "the ledger, for a tool call's start arriving after its completion",
     "Quarantine.Opened": "the ledger, before a source's first rejected input",
     "Quarantine.InputRejected": "the ledger, for input any source or hook endpoint rejects",

@@ -62,11 +62,12 @@ DECISION_KINDS = frozenset(
 )
 """Events written by the ledger's jobs and operators, not observed: never activity."""
 
-NOT_ACTIVITY = DECISION_KINDS | {"Opened", "Reopened"}
+NOT_ACTIVITY = DECISION_KINDS | {"Opened", "Reopened", "CwdLearned"}
 """Event kinds whose ledger time is not the agent's activity in a session's times (the
 read models' ``first/last_activity_recorded_at``): the ledger's own events
 (:data:`DECISION_KINDS`: liveness jobs, operator commands and forks, summaries),
-``Reopened`` (derived from the activity that caused it, at the same times) and
+``Reopened`` and ``CwdLearned`` (derived from the fact that caused them, at the same
+times) and
 ``Opened`` (the stream's creation: in an observed session its first fact follows at the
 same time; in a fork it is the time of the fork)."""
 

@@ -189,6 +189,14 @@ class Session(BaseAggregate[UUID]):
         from_status: SessionStatus
         cause_key: str
 
+    class CwdLearned(Event):
+        """The session's working directory, from the first fact that named one, when the
+        stream was opened without one (Claude Code 2.x starts a transcript with records
+        that carry no ``cwd``; a Gemini chat file names none, its hooks do). ``Opened``
+        holds the ``cwd`` otherwise; a session learns it once."""
+
+        cwd: str
+
     class RecordObserved(Event):
         """A source record with no modelled fact (progress, snapshot, attachment, …),
         kept whole in ``raw`` so a better parser can re-derive facts later."""
@@ -505,6 +513,12 @@ class Session(BaseAggregate[UUID]):
             batch = self._call_batch(data, live_call, batch)
         historical = self._is_historical(obs, batch)
         appended = 0
+        if self.cwd is None and obs.session.cwd:
+            self._append(
+                Session.CwdLearned, obs, key=f"cwd:{obs.key}", status=self.status,
+                batch=self.batch, raw=None, data={"cwd": obs.session.cwd},
+            )
+            appended += 1
         if obs.kind in _ACTIVITY and self.status in ENDED_STATES and not historical:
             self._append(
                 Session.Reopened,
@@ -903,6 +917,8 @@ class Session(BaseAggregate[UUID]):
                 self.ended_at = event.occurred_at or event.timestamp
             case Session.Reopened():
                 self.ended_at = None
+            case Session.CwdLearned():
+                self.cwd = event.cwd
             case Session.Opened():
                 pass
             case _:

@@ -47,7 +47,7 @@ def _kind(cls: type) -> tuple[bool, bool, bool, bool, bool, bool, bool]:
         issubclass(cls, Session.UsageRecorded),
         issubclass(cls, Session.PromptSubmitted),
         issubclass(cls, _CASES),
-        cls.__name__ not in DECISION_KINDS and cls.__name__ != "Reopened",
+        cls.__name__ not in DECISION_KINDS and cls.__name__ not in ("Reopened", "CwdLearned"),
         issubclass(cls, _SETTLING),
     )
     return found

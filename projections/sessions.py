@@ -67,7 +67,7 @@ _CASES = (
     Session.PromptSubmitted, Session.ToolCallStarted, Session.ToolCallCompleted,
     Session.UsageRecorded, Session.CostReported, Session.Started, Session.Ended,
     Session.RunEnded, Session.Reopened, Session.TimedOut, Session.CommandApplied,
-    Session.LinkedToParent,
+    Session.LinkedToParent, Session.CwdLearned,
 )
 """The classes :meth:`SessionsProjection.apply_all` has a case for."""
 _SPAN = ("started_at", "last_activity_at", "first_activity_recorded_at", "last_activity_recorded_at")
@@ -258,6 +258,8 @@ class SessionsProjection(Projection):
                     event.to_status != event.from_status and event.to_status != SessionStatus.PAUSED
                 ):  # resumed: live again (a fork of an ended session had its end)
                     row["ended_at"] = None
+                case Session.CwdLearned():
+                    row["cwd"] = row["cwd"] or event.cwd
                 case Session.LinkedToParent():
                     row["parent_id"] = row["parent_id"] or str(event.parent_id)
                     row["parent_tool_use_id"] = event.parent_tool_use_id

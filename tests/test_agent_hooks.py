@@ -856,3 +856,20 @@ def test_openclaw_new_with_text_gives_the_new_session_its_first_prompt(
             if type(e).__name__.startswith("Prompt")] == [
         ("PromptHeld", None), ("PromptPlaced", sid2), ("PromptHeld", None), ("PromptPlaced", sid4)
     ]
+
+
+def test_a_chat_file_imported_before_the_hooks_learns_its_cwd_from_them(services: Services) -> None:
+    # a Gemini chat file names no cwd: imported first, its session had none for good,
+    # though every hook names it (busiest-projects: "(unknown)"; /v1/context: no match)
+    import_paths(services.ledger, [CHAT])
+    payloads, want = _gemini_payloads()
+    services.runner.catch_up()
+    [before] = queries.list_sessions(services.models, agent="gemini")
+    assert before["cwd"] is None and before["external_id"] == want["session"]
+    for i, payload in enumerate(payloads):
+        ingest_hook(services.ledger, "gemini", orjson.dumps(payload), f"cwd-{i}", None)
+    services.runner.catch_up()
+    [after] = queries.list_sessions(services.models, agent="gemini")
+    assert after["cwd"] == payloads[0]["cwd"]
+    learned = [k for k in _kinds(services, "gemini", want["session"]) if k == "CwdLearned"]
+    assert learned == ["CwdLearned"]  # once: later facts naming it append nothing more

@@ -36,8 +36,13 @@ HOOK_FILES = sorted(
     for p in (FIXTURES / folder).rglob("*.json")
     if p.name != "chat.json"
 )
-EXPECTED_EVENTS = 7377
-EXPECTED_SHA256 = "648c9f48485494af6de4d0af629d3fd538bc55afd59eace618bcbfc703d56c72"
+EXPECTED_EVENTS = 7380
+EXPECTED_SHA256 = "261322a2ee2ec06bc7b464a400c58d821bb644f6d067436aeaed242b58741df8"
+# Re-derived on 2026-11-28 (CwdLearned): a session opened by a fact that names no cwd
+# learns it from its first fact that does (Claude Code 2.x starts a transcript with
+# permission-mode / last-prompt / mode records without one): three sessions of the
+# fixtures (ses_stage0_small, ses_stage0_drift, a4c79bab's stream) gain a
+# Session.CwdLearned each, 7377 -> 7380 events; nothing else changes.
 # Re-derived on 2026-11-27 (review-user), later: a transcript's (or rollout's) facts that
 # no prompt of their file precedes (``BEFORE_FIRST_PROMPT``), recorded after the hooks'
 # prompts, go to batch 0 and are history (no status change). Two streams change, both a

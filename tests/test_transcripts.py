@@ -336,3 +336,31 @@ def test_a_byte_order_mark_before_the_first_line_is_ignored(
     assert again.files == 1 and again.result.rejected == 0
     assert again.result.appended == 0  # the same records: nothing new
     assert first.result.appended > 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "coorp-serverless-plugins-hook-logs/4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe/chat.json",
+        "agent-sessions-schema-drift/claude_small.jsonl",
+    ],
+)
+def test_a_session_whose_first_records_name_no_cwd_takes_its_first_named_one(
+    services: Services, name: str
+) -> None:
+    # Claude Code 2.x opens a transcript with permission-mode / last-prompt / mode
+    # records that carry no cwd: the session had none, and busiest-projects counted its
+    # cost under "(unknown)"
+    path = FIXTURES / name
+    text = path.read_text()
+    records = json.loads(text) if path.suffix == ".json" else [
+        json.loads(line) for line in text.splitlines() if line.strip()
+    ]
+    main = [r for r in records if r.get("sessionId") and not r.get("isSidechain")]
+    external_id = main[0]["sessionId"]
+    assert "cwd" not in main[0]  # the case: the session's first record names none
+    expected = next(r["cwd"] for r in main if r.get("cwd"))
+    import_paths(services.ledger, [path])
+    services.runner.catch_up()
+    [session] = [s for s in queries.list_sessions(services.models) if s["external_id"] == external_id]
+    assert session["cwd"] == expected

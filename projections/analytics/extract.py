@@ -177,8 +177,8 @@ _PRICE = f"""CASE WHEN p.priced AND {_LONG} THEN (u.input_tokens * p.above_input
 _ENDED_STATES = "('ARCHIVED', 'COMPLETED', 'FAILED', 'TERMINATED')"
 """ledger.lifecycle.ENDED_STATES as SQL (tests/test_analytics.py checks they agree)."""
 _NOT_ACTIVITY = (
-    "('ActivitiesAttached', 'Archived', 'BatchClosed', 'CommandApplied', 'ForkedFrom', "
-    "'JobDecided', 'Opened', 'Reopened', 'Summarised', 'TimedOut')"
+    "('ActivitiesAttached', 'Archived', 'BatchClosed', 'CommandApplied', 'CwdLearned', "
+    "'ForkedFrom', 'JobDecided', 'Opened', 'Reopened', 'Summarised', 'TimedOut')"
 )
 """ledger.lifecycle.NOT_ACTIVITY as SQL: kinds whose ledger time is not the agent's
 activity (tests/test_analytics.py checks they agree)."""
@@ -409,7 +409,7 @@ RECOMPUTE = [
                arg_max_null(parent_tool_use_id, position) FILTER (kind = 'LinkedToParent')
                    AS parent_tool_use_id,
                arg_min(agent_type, position) FILTER (kind = 'Opened') AS agent_type,
-               arg_min(cwd, position) FILTER (kind = 'Opened') AS cwd,
+               arg_min(cwd, position) FILTER (kind IN ('Opened', 'CwdLearned') AND cwd IS NOT NULL) AS cwd,
                arg_max(model, position)
                    FILTER (kind IN ('Started', 'UsageRecorded') AND model IS NOT NULL) AS model,
                arg_max_null(status, position) AS status,
