@@ -516,10 +516,13 @@ def quote(text: str) -> str:
 def http(
     method: str, url: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
 ) -> tuple[int, bytes]:
-    """One HTTP request with :mod:`http.client` (lighter than urllib.request)."""
+    """One HTTP request with :mod:`http.client` (lighter than urllib.request). A ``url``
+    without a scheme (``host:port``) is plain HTTP."""
     import http.client
 
-    scheme, _, rest = url.partition("://")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "http", url
     hostport, _, base = rest.partition("/")
     cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     conn = cls(hostport, timeout=timeout)
