@@ -51,7 +51,8 @@ def routes(services: Services) -> list[Route]:
         if name not in known:
             return JSONResponse({"error": f"unknown query {name!r}", "known": list(known)}, 404)
         q = request.query_params
-        unknown = sorted(set(q) - {"since", "limit"})
+        # ``token``: the access token's query form (api/access.py), not a query parameter
+        unknown = sorted(set(q) - {"since", "limit", "token"})
         if unknown:
             return JSONResponse({"error": f"unknown parameters: {', '.join(unknown)}"}, 400)
         try:

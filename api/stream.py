@@ -168,6 +168,10 @@ def routes(services: Services) -> list[Route]:
         if q.get("kinds"):
             kinds = frozenset(k.strip() for k in q["kinds"].split(",") if k.strip())
             unknown = kinds - KINDS
+            if not kinds:  # "," or " ": a stream that would never send anything
+                return JSONResponse(
+                    {"error": f"kinds names no kind: {q['kinds']!r}; known: {sorted(KINDS)}"}, 400
+                )
             if unknown:
                 return JSONResponse(
                     {"error": f"unknown kinds {sorted(unknown)}; known: {sorted(KINDS)}"}, 400

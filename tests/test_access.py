@@ -270,3 +270,30 @@ def test_every_route_needs_the_token_except_the_public_ones(tmp_path: Path) -> N
         services.close()
     assert not unprotected, f"answered without a valid token: {unprotected}"
     assert not refused, f"refused although public or with the token: {refused}"
+
+
+def test_the_token_as_a_query_parameter_works_wherever_the_header_does(tmp_path: Path) -> None:
+    # `?token=` is the documented form for clients that cannot set headers; a route that
+    # checks its query parameters must not take it for one of its own (the analytics
+    # queries answered 400 "unknown parameters: token")
+    from projections.analytics import named_queries
+
+    services = build(Settings(tmp_path / "data"))
+    app = create_app(services, token=TOKEN)
+    paths = [p for m, t, p in _probes(list(app.routes)) if m == "GET" and t not in PUBLIC_ROUTES]
+    paths += [f"/v1/analytics/{name}" for name in named_queries()]
+    paths += ["/v1/analytics/tool-usage?limit=5", "/v1/context?cwd=/x"]
+    differ = []
+    try:
+        with TestClient(app) as client:
+            for path in paths:
+                with client.stream("GET", path, headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                    by_header = r.status_code
+                sep = "&" if "?" in path else "?"
+                with client.stream("GET", f"{path}{sep}token={TOKEN}") as r:
+                    by_query = r.status_code, r.read() if r.status_code != 200 else b""
+                if by_query[0] != by_header:
+                    differ.append((path, by_header, by_query))
+    finally:
+        services.close()
+    assert not differ, differ

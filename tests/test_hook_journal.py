@@ -351,6 +351,30 @@ def test_malformed_journal_records_are_rejected_with_a_reason(settings: Settings
     assert stats["rejected"] == 3
 
 
+def test_a_torn_record_does_not_swallow_the_next_hooks_payload(settings: Settings) -> None:
+    # A hook cut off mid-write (disk full: os.write wrote part of the record, then
+    # raised; or killed mid-write) leaves a record without its final newline. The next
+    # hook's record was appended right after it, so its header did not start a line:
+    # the parser, which resynchronises at "\nHLJ1 ", took it for part of the torn
+    # record, and that payload was kept only inside a rejected chunk.
+    spool = settings.data_dir / "spool"
+    torn = record_bytes("claude-code", _prompt(1, 1), uuid7(), "2026-06-20T00:00:00.000Z")
+    spool.mkdir(parents=True)
+    (spool / JOURNAL).write_bytes(torn[: len(torn) // 2])
+    for n in (2, 3):
+        out = run_hook(settings.data_dir, _prompt(1, n))
+        assert out.returncode == 0, out
+    services = build(settings)
+    try:
+        JournalIngester(spool, services.ledger.record).drain()
+        services.runner.catch_up()
+        stats = queries.stats(services.models)
+    finally:
+        services.close()
+    assert stats["prompts"] == 2, "both payloads written after the torn record"
+    assert stats["rejected"] == 1, "the torn record, kept as rejected input"
+
+
 SECRET = "SECRET-XYZ-123"
 
 

@@ -264,3 +264,32 @@ def test_a_body_over_the_limit_is_kept_cut_as_rejected_input_and_answered_413(
     assert cut[0].sha256 == hashlib.sha256(huge[: MAX_BODY_BYTES + 1]).hexdigest()
     assert cut[0].text.encode() == huge[:MAX_KEPT_BYTES]
     assert [e.truncated for e in journal] == [True] and journal[0].size > MAX_JOURNAL_BODY_BYTES
+
+
+def test_a_server_url_without_a_scheme_is_plain_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # HOOKLEDGER_URL=host:port (or install-hooks --url host:port) took "host:port" for the
+    # scheme and no host: every POST failed, so the hook spooled every payload for good,
+    # and SessionStart never got its context, all without a word
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    laptop = tmp_path / "laptop"
+    env = {"HOOKLEDGER_URL": f"{ip}:{srv.port}", "HOOKLEDGER_TOKEN": TOKEN}
+    out = run_hook(laptop, prompt(0), env)  # the server is down: spooled
+    assert out.returncode == 0 and (laptop / "spool" / JOURNAL).stat().st_size > 0
+    srv.start()
+    monkeypatch.setenv("HOOKLEDGER_TOKEN", TOKEN)  # forward_spool, here in this process
+    try:
+        assert forward_spool(f"{ip}:{srv.port}", str(laptop / "spool"))[1]
+        out = run_hook(laptop, prompt(1), env)
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+        assert _spooled(laptop / "spool") == [], "the payload was POSTed, not spooled"
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        assert _prompts(f"http://{ip}:{srv.port}", headers=ok) == [
+            "forwarded prompt 0", "forwarded prompt 1"
+        ]
+    finally:
+        srv.stop()

@@ -229,6 +229,13 @@ def test_bad_parameters(server: Server) -> None:
     assert httpx.get(server.url + "/v1/stream", params={"children": "yes"}).status_code == 400
 
 
+@pytest.mark.parametrize("kinds", [",", " ", ", ,"])
+def test_kinds_naming_no_kind_is_a_400_not_a_silent_stream(server: Server, kinds: str) -> None:
+    # it opened a stream that never sent a message: the filter took no kind at all
+    r = httpx.get(server.url + "/v1/stream", params={"kinds": kinds, "after": "0"})
+    assert r.status_code == 400 and "kinds names no kind" in r.json()["error"]
+
+
 def test_children_adds_the_subagents_session_updates_to_a_session_stream(settings: Settings) -> None:
     """``session`` with ``children=1``: the parent's messages plus the ``session.updated``
     of its subagent run (live, and replayed from the log), none of the subagent's other

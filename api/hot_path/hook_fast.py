@@ -307,17 +307,22 @@ def journal_append(spool_dir: str, record: bytes) -> None:
     path = spool_dir + "/" + JOURNAL
     for _ in range(50):
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         except FileNotFoundError:
             os.makedirs(spool_dir, exist_ok=True)
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
             try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+                same = st.st_ino == os.stat(path).st_ino
             except FileNotFoundError:
                 same = False
             if same:
+                if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+                    # a torn record (a writer cut off mid-write): start ours on a line
+                    # of its own, or the reader takes it for the rest of the torn one
+                    record = b"\n" + record
                 view = memoryview(record)
                 while view:
                     view = view[os.write(fd, view) :]
@@ -525,10 +530,13 @@ def quote(text: str) -> str:
 def http(
     method: str, url: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
 ) -> tuple[int, bytes]:
-    """One HTTP request with :mod:`http.client` (lighter than urllib.request)."""
+    """One HTTP request with :mod:`http.client` (lighter than urllib.request). A ``url``
+    without a scheme (``host:port``) is plain HTTP."""
     import http.client
 
-    scheme, _, rest = url.partition("://")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "http", url
     hostport, _, base = rest.partition("/")
     cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     conn = cls(hostport, timeout=timeout)
