@@ -224,9 +224,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument(
-    "path", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
-)
+@click.argument("path", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--against-store", is_flag=True, help="With PATH: also compare it with the store.")
 @click.pass_context
 def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
@@ -237,8 +235,21 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
     from ledger.verify import verify_store
 
     if path is not None:
+        if not path.is_dir():
+            ctx.fail(
+                f"{path} is a file: PATH is an export directory (JSONL or Parquet, with its "
+                "manifest.json). An OTLP export carries no hash chain and cannot be "
+                "verified; verify a JSONL or Parquet export of the same sessions instead."
+            )
         verify_export_cmd(ctx, path, against_store)
         return
+    settings = ctx.obj["settings"]
+    store = settings.data_dir / "events.db"
+    if not settings.database_url and not store.exists():  # a mistyped --data-dir
+        raise click.ClickException(
+            f"no event store at {store}: nothing to verify (check --data-dir or "
+            "HOOKLEDGER_DATA_DIR)"
+        )
     services = _services(ctx)
     # read before the log: a healthy projection never gets ahead of the log's head
     read_up_to = {s.name: s.position for s in services.runner.status()}

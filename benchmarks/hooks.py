@@ -299,17 +299,19 @@ async def _post_in_process(  # type: ignore[no-untyped-def]
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=transport, base_url="http://app") as http,
     ):
-        queue = list(reversed(bodies))
+        # each body with its capture key, made before the clock starts: the hook client
+        # makes it, in its own process, as it makes the body
+        queue = [(body, uuid7()) for body in reversed(bodies)]
 
-        async def post(body: bytes) -> tuple[int, bytes]:
+        async def post(body: bytes, key: str) -> tuple[int, bytes]:
             if client == "asgi":
-                return await _asgi_post(app, path, body, uuid7())
-            r = await http.post(path, content=body, headers={"X-Hookledger-Capture-Key": uuid7()})
+                return await _asgi_post(app, path, body, key)
+            r = await http.post(path, content=body, headers={"X-Hookledger-Capture-Key": key})
             return r.status_code, r.content
 
         async def sender() -> None:
             while queue:
-                status, answer = await post(queue.pop())
+                status, answer = await post(*queue.pop())
                 if status != 202:
                     raise RuntimeError(answer)
 

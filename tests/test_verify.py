@@ -269,3 +269,22 @@ def test_cut_tail_with_its_anchors_deleted_is_detected_by_the_read_models_positi
     err = result.stderr.decode()
     assert result.returncode == 1, err + result.stdout.decode()
     assert f"have read the log up to position {head}, but the log ends at {head - 3}" in err, err
+
+
+def test_verify_of_a_data_dir_with_no_store_fails_and_creates_nothing(tmp_path: Path) -> None:
+    # a mistyped --data-dir created an empty store there and passed: "ok: 0 events"
+    missing = Settings(tmp_path / "typo")
+    result = cli(missing, "verify", check=False)
+    assert result.returncode == 1, result.stdout.decode()
+    assert "no event store at" in result.stderr.decode()
+    assert not (tmp_path / "typo" / "events.db").exists()
+
+
+def test_verify_of_a_file_says_what_path_it_takes(store: Settings, tmp_path: Path) -> None:
+    # an OTLP export is one file: click said only "Directory ... is a file"
+    out = tmp_path / "traces.json"
+    cli(store, "export", "--format", "otlp", "--output", str(out))
+    result = cli(store, "verify", str(out), check=False)
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert "export directory" in err and "OTLP" in err, err
