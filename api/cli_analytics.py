@@ -54,18 +54,30 @@ def sql(ctx: click.Context, query: str, fmt: str, output: Path | None) -> None:
         raise click.ClickException(f"cannot write {output}: no directory {output.parent}")
     con = _reader(ctx)
     try:
+        # the model only: no files read or written by the query (read_csv, COPY … TO),
+        # and a query cannot turn that back on
+        con.execute("SET enable_external_access = false")
+        found = len(con.extract_statements(query))
+        if found != 1:  # DuckDB would run them all and show the last one's rows
+            raise click.ClickException(
+                "QUERY holds no SQL statement" if not found
+                else f"QUERY holds {found} statements: run one at a time"
+            )
         if fmt == "parquet":
+            import pyarrow.parquet as pq
+
             relation = con.sql(query)
             if relation is None:  # SET, PRAGMA, …: nothing to write
                 raise click.ClickException(
                     "--format parquet needs a statement that returns rows (e.g. SELECT)"
                 )
-            relation.write_parquet(str(output))
+            try:
+                pq.write_table(relation.fetch_arrow_table(), str(output))
+            except OSError as e:
+                raise click.ClickException(f"cannot write {output}: {e}") from None
             click.echo(f"wrote {output}", err=True)
             return
         cur = con.execute(query)
-        if cur is None:  # only blanks, comments or semicolons
-            raise click.ClickException("QUERY holds no SQL statement")
         columns = [d[0] for d in cur.description] if cur.description else []
         rows = cur.fetchall() if columns else []
     except duckdb.Error as e:

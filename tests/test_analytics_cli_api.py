@@ -161,6 +161,25 @@ def test_sql_output_errors_are_clear(settings: Settings, tmp_path: Path) -> None
         assert r.returncode == 1 and b"no SQL statement" in r.stderr, r.stderr[-400:]
 
 
+def test_sql_runs_one_statement_on_the_model_and_touches_no_file(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # several statements ran them all and showed only the last one's rows; read_csv
+    # read any file and COPY ... TO wrote one
+    cli(settings, "import", str(AGENTCMD))
+    r = cli(settings, "sql", "SELECT 1 AS a; SELECT 2 AS b", "--format", "json", check=False)
+    assert r.returncode == 1 and b"2 statements" in r.stderr, r.stdout
+    outside = tmp_path / "outside.csv"
+    outside.write_text("secret\nvalue\n")
+    r = cli(settings, "sql", f"SELECT * FROM read_csv('{outside}')", check=False)
+    assert r.returncode == 1 and b"value" not in r.stdout, r.stdout
+    copied = tmp_path / "copied.csv"
+    r = cli(settings, "sql", f"COPY (SELECT 1 AS x) TO '{copied}'", check=False)
+    assert r.returncode == 1 and not copied.exists()
+    r = cli(settings, "sql", "SET enable_external_access = true", check=False)
+    assert r.returncode == 1
+
+
 def test_sql_csv_of_nested_values_and_booleans(settings: Settings) -> None:
     cli(settings, "import", str(AGENTCMD))
     q = """SELECT [1, 2] AS l, {'a': 'x', 'at': max(started_at)} AS s, true AS yes,
