@@ -28,7 +28,9 @@ def routes(services: Services, current: Callable[[], Awaitable[None]]) -> list[R
     """``current``: awaits the projections catching up with the log."""
 
     async def context(request: Request) -> Response:
-        cwd = request.query_params.get("cwd", "")
+        # a trailing "/" names the same directory (agents write cwd without one), as the
+        # SSE project filter reads it
+        cwd = request.query_params.get("cwd", "").rstrip("/") or request.query_params.get("cwd", "")
         sid = request.query_params.get("session_id") or None
         query = request.query_params.get("q")
         if not cwd:

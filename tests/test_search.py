@@ -317,7 +317,9 @@ def test_context_digest_leads_with_relevant_memory(services: Services) -> None:
     assert len(digest) <= 10_000
     with TestClient(create_app(services)) as client:
         body = client.get("/v1/context", params={"cwd": cwd, "q": "mix test failing"}).json()
+        slash = client.get("/v1/context", params={"cwd": cwd + "//", "q": "mix test failing"})
     assert body["markdown"] == digest
+    assert slash.json()["markdown"] == digest  # a trailing "/" found nothing
 
 
 def test_cli_search(settings: Any, services: Services) -> None:
