@@ -141,9 +141,16 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
         server = {"url": target, "reachable": False, "error": str(e)}
 
     spool_dir: Path = settings.data_dir / "spool"
+    def holds_records(p: Path) -> bool:
+        if p.name.endswith(".aside"):
+            return True
+        try:  # the server may have renamed it aside since the listing: drained
+            return p.name == JOURNAL and p.stat().st_size > 0
+        except FileNotFoundError:
+            return False
+
     pending = sorted(
-        p.name for p in (spool_dir.iterdir() if spool_dir.is_dir() else [])
-        if p.name.endswith(".aside") or (p.name == JOURNAL and p.stat().st_size > 0)
+        p.name for p in (spool_dir.iterdir() if spool_dir.is_dir() else []) if holds_records(p)
     )
     report["server"] = server
     report["spool"] = {"path": str(spool_dir), "empty": not pending, "pending": pending}

@@ -235,6 +235,21 @@ def test_doctor_reports_hooks_server_and_spool(settings: Settings, tmp_path: Pat
     assert report["ok"] is True and out.returncode == 0
 
 
+def test_doctor_reads_a_journal_gone_since_the_listing_as_drained(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # the server renames the journal aside while it drains: listed, then gone when
+    # doctor looked at its size (FileNotFoundError traceback). A dangling link is a
+    # journal listed and gone, without racing a server.
+    home, data = tmp_path / "home", settings.data_dir
+    home.mkdir()
+    (data / "spool").mkdir(parents=True)
+    (data / "spool" / "hooks.journal").symlink_to(tmp_path / "renamed-aside")
+    out = hookledger(home, data, "doctor", "--json", "--url", "http://127.0.0.1:9")
+    assert "Traceback" not in out.stderr, out.stderr
+    assert json.loads(out.stdout)["spool"]["empty"] is True
+
+
 def test_doctor_tells_when_the_local_server_serves_another_data_directory(
     settings: Settings, tmp_path: Path
 ) -> None:
