@@ -148,6 +148,8 @@ def analytics(
         s = services(ctx)
         applied = rebuild_model(s.ledger, s.settings.data_dir)
         click.echo(f"rebuilt analytics: {applied} events", err=True)
+    if query is None and (since is not None or limit is not None or as_json):
+        raise click.UsageError("--since, --limit and --json apply to a QUERY: name one")
     if query is None:
         if not rebuild:
             for name, description in named_queries().items():

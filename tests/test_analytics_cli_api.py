@@ -58,6 +58,9 @@ def test_analytics_command(settings: Settings) -> None:
     assert unknown.returncode == 2 and b"unknown query" in unknown.stderr
     bad = cli(settings, "analytics", "tool-usage", "--since", "last tuesday", check=False)
     assert bad.returncode == 2 and b"since" in bad.stderr
+    # --since without a query listed the queries and ignored it
+    alone = cli(settings, "analytics", "--since", "2025-01-01", check=False)
+    assert alone.returncode == 2 and b"QUERY" in alone.stderr
     # a valid ISO time whose UTC instant is outside datetime's range: a usage error
     for edge in ("9999-12-31T23:00:00-05:00", "0001-01-01T00:00:00+01:00"):
         bad = cli(settings, "analytics", "cost-per-day", "--since", edge, check=False)

@@ -69,7 +69,8 @@ QUERIES: dict[str, tuple[str, str, int]] = {
     "session-durations": (
         "Distribution of session durations (end, else last activity, minus start; source "
         "clock: an end after the last activity, e.g. an operator's command, does not "
-        "lengthen it) in buckets, with each bucket's share of sessions.",
+        "lengthen it) in buckets, with each bucket's share of sessions. Sessions whose "
+        "source gives no times of its own (stream-json, codex exec) are not counted.",
         """
         WITH b(bucket, lower_s, upper_s) AS (VALUES
             ('< 1 min', 0, 60), ('1-5 min', 60, 300), ('5-15 min', 300, 900),
