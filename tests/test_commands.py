@@ -303,3 +303,13 @@ def test_an_unknown_agent_filter_is_a_usage_error_naming_the_agents(settings: Se
     assert out.returncode == 2
     assert b"unknown agent 'claude'" in out.stderr and b"claude-code" in out.stderr
     assert cli(settings, "sessions", "--agent", "claude-code", "--json").returncode == 0
+
+
+def test_an_unknown_status_filter_is_a_usage_error_naming_the_states(settings: Settings) -> None:
+    # `sessions --status COMPLETE` (for COMPLETED) listed nothing and said nothing, as if
+    # no session had completed
+    out = cli(settings, "sessions", "--status", "COMPLETE", check=False)
+    assert out.returncode == 2
+    assert b"unknown status 'COMPLETE'" in out.stderr and b"COMPLETED" in out.stderr
+    assert b"ARCHIVED" in out.stderr
+    assert cli(settings, "sessions", "--status", "completed", "--json").returncode == 0
