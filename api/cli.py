@@ -131,11 +131,15 @@ def _unusable(path: Path) -> str | None:
 def sessions(ctx: click.Context, as_json: bool, limit: int | None, agent: str | None, status: str | None) -> None:
     """List sessions, most recent activity first."""
     from ledger.ingest import HOOK_PARSERS
+    from ledger.lifecycle import SessionStatus
     from projections import queries
 
     if agent is not None and agent not in HOOK_PARSERS:  # "claude" listed nothing, silently
         known = ", ".join(sorted(HOOK_PARSERS))
         raise click.BadParameter(f"unknown agent {agent!r} (known: {known})", param_hint="--agent")
+    if status is not None and status.upper() not in SessionStatus.__members__:  # "COMPLETE" too
+        known = ", ".join(SessionStatus.__members__)
+        raise click.BadParameter(f"unknown status {status!r} (known: {known})", param_hint="--status")
     services = _services(ctx)
     services.runner.catch_up()
     rows = queries.list_sessions(services.models, limit=limit, agent=agent, status=status)

@@ -804,7 +804,11 @@ class Session(BaseAggregate[UUID]):
         """A late record of the past (e.g. a transcript imported after the hooks): it
         follows a prompt of an earlier batch, or of the current batch when that batch's
         turn already ended (a ``TurnEnded``, e.g. the hooks' stop, is in the stream), or
-        no prompt of its file when the stream has one (:data:`BEFORE_FIRST_PROMPT`)."""
+        no prompt of its file when the stream has one (:data:`BEFORE_FIRST_PROMPT`), or it
+        happened before the session's end (``occurred_at``). A live capture's fact (a hook)
+        of the end's very instant is not: it comes after the end in the log (a
+        ``SessionEnd`` then a ``SessionStart`` in the same millisecond), and the log
+        orders facts, not their clocks."""
         if obs.after_prompt == BEFORE_FIRST_PROMPT:
             return self.batch > 0
         if obs.after_prompt is not None and (
@@ -816,7 +820,10 @@ class Session(BaseAggregate[UUID]):
             self.status in ENDED_STATES
             and self.ended_at is not None
             and obs.occurred_at is not None
-            and obs.occurred_at <= self.ended_at
+            and (
+                obs.occurred_at < self.ended_at
+                or (obs.occurred_at == self.ended_at and not _live_capture(obs.source_format))
+            )
         )
 
     def _append(

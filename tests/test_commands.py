@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import pytest
@@ -141,6 +142,39 @@ def test_the_agents_end_after_terminate_or_archive_is_recorded_and_the_state_kep
     assert reopened["from_status"] == "ARCHIVED" and "operator (terminate)" in reopened["reason"]
 
 
+def test_a_start_in_the_same_millisecond_as_the_end_reopens_the_session(
+    services: Services, client: TestClient
+) -> None:
+    # Real payloads of one Claude Code session (coorp): its SessionStart and SessionEnd,
+    # then the session started again (``claude --resume``) in the very millisecond the
+    # hooks captured the end. The log puts the start after the end: the session is live
+    # again, with a Reopened, not a COMPLETED session whose agent is running.
+    logs = FIXTURES / "coorp-serverless-plugins-hook-logs"
+    end = json.loads((logs / "session_end.json").read_text())[0]
+    name = end["session_id"]
+    start = next(
+        p for p in json.loads((logs / "session_start.json").read_text()) if p["session_id"] == name
+    )
+    t0 = datetime(2026, 6, 20, 0, 30, tzinfo=UTC)
+    t1 = t0 + timedelta(minutes=30)
+    for key, payload, at in (
+        ("start", start, t0),
+        ("end", end, t1),
+        ("start-again", {**start, "source": "resume"}, t1),
+    ):
+        outcome = ingest_hook(services.ledger, "claude-code", json.dumps(payload).encode(), key, at)
+        assert outcome.error is None
+    sid = str(session_id("claude-code", name))
+    session = client.get(f"/v1/sessions/{sid}").json()
+    assert session["status"] == "ACTIVE"
+    assert [(h["from_status"], h["to_status"], h["cause"]) for h in session["status_history"]][-2:] == [
+        ("ACTIVE", "COMPLETED", "Ended"),
+        ("COMPLETED", "ACTIVE", "Reopened"),
+    ]
+    kinds = [e["kind"] for e in client.get(f"/v1/sessions/{sid}/events").json()["events"]]
+    assert kinds[-3:] == ["Ended", "Reopened", "Started"]
+
+
 def test_unknown_command_and_session(services: Services, client: TestClient) -> None:
     sid = _start(services, "api-unknown")
     assert client.post(f"/v1/sessions/{sid}/commands/explode").status_code == 400
@@ -269,3 +303,13 @@ def test_an_unknown_agent_filter_is_a_usage_error_naming_the_agents(settings: Se
     assert out.returncode == 2
     assert b"unknown agent 'claude'" in out.stderr and b"claude-code" in out.stderr
     assert cli(settings, "sessions", "--agent", "claude-code", "--json").returncode == 0
+
+
+def test_an_unknown_status_filter_is_a_usage_error_naming_the_states(settings: Settings) -> None:
+    # `sessions --status COMPLETE` (for COMPLETED) listed nothing and said nothing, as if
+    # no session had completed
+    out = cli(settings, "sessions", "--status", "COMPLETE", check=False)
+    assert out.returncode == 2
+    assert b"unknown status 'COMPLETE'" in out.stderr and b"COMPLETED" in out.stderr
+    assert b"ARCHIVED" in out.stderr
+    assert cli(settings, "sessions", "--status", "completed", "--json").returncode == 0
