@@ -36,8 +36,12 @@ HOOK_FILES = sorted(
     for p in (FIXTURES / folder).rglob("*.json")
     if p.name != "chat.json"
 )
-EXPECTED_EVENTS = 7380
-EXPECTED_SHA256 = "261322a2ee2ec06bc7b464a400c58d821bb644f6d067436aeaed242b58741df8"
+EXPECTED_EVENTS = 7381
+EXPECTED_SHA256 = "826fedc7e24ca7203dc0c45d60812b41db939901040f50be88e1d342fb74a1b1"
+# Re-derived on 2026-11-28 (review-lifecycle): a hook captured in the same millisecond as
+# the session's end is after the end (the log orders live captures): the coorp
+# session_start.json payload 1 (a resume at the SessionEnd's instant) now reopens its
+# session, one Session.Reopened more, 7380 -> 7381 events.
 # Re-derived on 2026-11-28 (CwdLearned): a session opened by a fact that names no cwd
 # learns it from its first fact that does (Claude Code 2.x starts a transcript with
 # permission-mode / last-prompt / mode records without one): three sessions of the
