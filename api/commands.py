@@ -81,6 +81,10 @@ def execute(
     return result.as_dict()
 
 
+TEXT_FIELDS = {"by": 200, "key": 200, "reason": 10_000}
+"""The body's text fields and their longest accepted length (characters)."""
+
+
 def routes(services: Any) -> list[Route]:
     async def post_command(request: Request) -> Response:
         body: dict[str, Any] = {}
@@ -93,8 +97,12 @@ def routes(services: Any) -> list[Route]:
                 if not isinstance(body, dict):
                     raise ValueError("the body must be a JSON object")
                 at = body.get("at")
-                if at is not None and not isinstance(at, int):
+                if at is not None and (not isinstance(at, int) or isinstance(at, bool)):
                     raise ValueError("'at' must be an integer log position")
+                for name, most in TEXT_FIELDS.items():
+                    value = body.get(name)
+                    if value is not None and (not isinstance(value, str) or len(value) > most):
+                        raise ValueError(f"{name!r} must be a string of at most {most} characters")
             except ValueError as e:
                 return JSONResponse({"error": f"bad request body: {e}"}, 400)
         by = body.get("by") or request.headers.get("x-hookledger-operator") or "api"

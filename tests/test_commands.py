@@ -182,6 +182,22 @@ def test_unknown_command_and_session(services: Services, client: TestClient) -> 
     assert client.post(f"/v1/sessions/{sid}/commands/pause", content=b"[1]").status_code == 400
 
 
+@pytest.mark.parametrize(
+    "body",
+    [{"at": True}, {"key": ["k"]}, {"by": {"name": "x"}}, {"reason": 7}, {"by": "x" * 201}],
+    ids=["at-bool", "key-list", "by-object", "reason-number", "by-too-long"],
+)
+def test_a_command_body_field_of_the_wrong_type_is_a_400_and_appends_nothing(
+    services: Services, client: TestClient, body: dict
+) -> None:
+    # {"at": true} forked at position 1; a list key or a 1 MB "by" were taken as given
+    sid = _start(services, "api-body")
+    before = client.get(f"/v1/sessions/{sid}/events").json()["events"]
+    r = client.post(f"/v1/sessions/{sid}/commands/fork", json=body)
+    assert r.status_code == 400, r.text
+    assert client.get(f"/v1/sessions/{sid}/events").json()["events"] == before
+
+
 def test_a_retried_command_with_the_same_key_appends_nothing(
     services: Services, client: TestClient
 ) -> None:
