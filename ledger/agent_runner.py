@@ -352,7 +352,12 @@ class _Recorder:
             if f.occurred_at is None:
                 f.occurred_at = now
         if facts:
-            items = [*self._prompt_first(facts[0].session), *items]
+            # The prompt goes before the stream's first fact, except after a leading
+            # ``Started`` (``system/init``, ``thread.started``): recorded the other way
+            # round, ``Started`` moved the session from PROCESSING back to ACTIVE while
+            # the agent was working on the prompt.
+            at = items.index(facts[0]) + (facts[0].kind == "Started")
+            items = [*items[:at], *self._prompt_first(facts[0].session), *items[at:]]
         if items:
             self.result.add(self.ledger.record(items))
 

@@ -151,6 +151,30 @@ def test_truncated_codex_stream_keeps_what_arrived(services: Services) -> None:
     assert import_paths(services.ledger, [recording]).result.appended == 0
 
 
+@pytest.mark.parametrize(
+    "recording",
+    [CODEX_EXEC[-1], *STREAM_JSON[:1]],
+    ids=lambda p: p.name,
+)
+def test_the_stream_start_does_not_make_a_working_session_look_idle(
+    services: Services, recording: Path
+) -> None:
+    # Review finding (hookledger run -- codex exec "…"): the run's prompt was recorded
+    # before the stream's first line (thread.started / system/init), whose Started moved
+    # the session from PROCESSING back to ACTIVE: the live view showed an idle session
+    # while the agent worked on the prompt, until its first item arrived.
+    _run(services, recording, "--signal", "SIGTERM", prompt="the prompt")
+    first = _records(recording)[0]
+    s = _session(services, first.get("thread_id") or first.get("session_id"))
+    detail = queries.get_session(services.models, s["id"])
+    assert detail is not None
+    causes = [(h["to_status"], h["cause"]) for h in detail["status_history"]]
+    assert causes[:3] == [("CREATED", "Opened"), ("ACTIVE", "Started"), ("PROCESSING", "PromptSubmitted")]
+    assert ("ACTIVE", "Started") not in causes[3:]
+    assert s["prompt_count"] == 1
+    assert import_paths(services.ledger, [recording]).result.appended == 0
+
+
 def test_codex_exec_resume_is_not_counted_twice(services: Services, tmp_path: Path) -> None:
     # Review finding (hookledger run -- codex exec, then codex exec resume of its thread):
     # the resumed process's turn.completed, the thread's running total, was recorded
