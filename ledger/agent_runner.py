@@ -186,6 +186,11 @@ def prompt_from_argv(argv: Sequence[str]) -> str | None:
         positional.append(a)
         i += 1
     if agent == "codex":
+        if "resume" in positional[1:] and "--last" not in args:
+            # ``codex exec [PROMPT] resume SESSION_ID [PROMPT]``: the id is not the prompt
+            # (with the prompt on stdin or before ``resume``, it was the last argument).
+            at = positional.index("resume", 1)
+            del positional[at + 1 : at + 2]
         positional = [p for p in positional if p not in ("exec", "e", "resume")]
     if not positional or positional[-1] == "-":
         return None

@@ -302,6 +302,14 @@ def test_prompt_is_read_from_claude_and_codex_command_lines() -> None:
     )
     assert prompt_from_argv(["codex", "exec", "resume", "--last", "--json", "go on"]) == "go on"
     assert prompt_from_argv(["codex", "exec", "--json", "-"]) is None  # prompt on stdin
+    # Review finding: ``codex exec resume SESSION_ID`` recorded the thread id as the
+    # prompt when the prompt came on stdin or before the subcommand (both documented
+    # forms of codex exec), so the real prompt (hook, rollout) counted as a second one.
+    thread = "019a2d7a-6455-7170-a661-c6d8b94c630a"
+    assert prompt_from_argv(["codex", "exec", "--json", "resume", thread]) is None
+    assert prompt_from_argv(["codex", "exec", "--json", "go on", "resume", thread]) == "go on"
+    assert prompt_from_argv(["codex", "exec", "--json", "resume", thread, "go on"]) == "go on"
+    assert prompt_from_argv(["codex", "exec", "--json", "go on", "resume", "--last"]) == "go on"
     assert prompt_from_argv(["python", "agent.py", "x"]) is None  # not a known agent
 
 
