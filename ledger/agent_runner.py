@@ -55,7 +55,7 @@ import orjson
 from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
-from ledger.privacy import strip_private_text
+from ledger.privacy import strip_private
 from ledger.run_signals import Received, passing_on
 from ledger.sources import claude_stream, codex_exec, stream_formats
 from ledger.sources.claude_common import text_hash
@@ -324,10 +324,10 @@ class _Recorder:
         if self.prompt_recorded or self.prompt is None:
             return []
         self.prompt_recorded = True
-        text, removed = strip_private_text(self.prompt)
-        redactions = (
-            ({"kind": "private_tag", "path": "$.text", "count": removed},) if removed else ()
-        )
+        # private spans and secrets (tokens, keys) removed, as from a hook's prompt: the
+        # stored text holds no secret, and its alias hash is the hook's and rollout's
+        text, removed = strip_private(self.prompt, path="$.text")
+        redactions = tuple(removed)
         prompt = Observation(
             session,
             "PromptSubmitted",

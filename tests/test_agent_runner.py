@@ -388,6 +388,33 @@ def test_the_runs_prompt_and_the_hooks_copy_of_it_are_one_prompt(services: Servi
     assert kinds.count("RecordObserved") == 2
 
 
+def test_a_prompt_holding_a_token_is_stored_redacted_and_meets_the_hooks_copy(
+    services: Services,
+) -> None:
+    # Review finding (hookledger run --prompt "push with token ghp_…" -- codex exec …):
+    # the run removed <private> spans only, so the token was stored in the prompt's text,
+    # and Codex's UserPromptSubmit hook (redacted like every hook) hashed another text:
+    # two prompts, one of them holding the secret.
+    from ledger.ingest import ingest_hook
+
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    sid = _expected(recording)["session"]
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    prompt = f"push with token {token}"
+    _run(services, recording, prompt=prompt)
+    body = json.dumps({"session_id": sid, "hook_event_name": "UserPromptSubmit", "cwd": "/w",
+                       "model": "gpt-5-codex", "permission_mode": "default",
+                       "transcript_path": None, "turn_id": "t1", "prompt": prompt}).encode()
+    assert ingest_hook(services.ledger, "codex", body, "hook-1").error is None
+    services.runner.catch_up()
+    s = _session(services, sid)
+    assert s["prompt_count"] == 1
+    events = list(services.ledger.events.get(UUID(s["id"])))
+    (stored,) = [e for e in events if type(e).__name__ == "PromptSubmitted"]
+    assert token not in stored.text and "push with token" in stored.text
+    assert [r.kind for r in stored.redactions] == ["github_pat"]
+
+
 def test_a_closed_output_stops_the_pass_through_not_the_recording(services: Services) -> None:
     # ``hookledger run … | head``: the reader goes away after the first lines.
     recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
