@@ -55,7 +55,7 @@ import orjson
 from ledger import jsontext
 from ledger.app import Ledger, RecordResult
 from ledger.observation import Observation, Rejected, SessionRef
-from ledger.privacy import strip_private_text
+from ledger.privacy import strip_private
 from ledger.run_signals import Received, passing_on
 from ledger.sources import claude_stream, codex_exec, stream_formats
 from ledger.sources.claude_common import text_hash
@@ -186,6 +186,11 @@ def prompt_from_argv(argv: Sequence[str]) -> str | None:
         positional.append(a)
         i += 1
     if agent == "codex":
+        if "resume" in positional[1:] and "--last" not in args:
+            # ``codex exec [PROMPT] resume SESSION_ID [PROMPT]``: the id is not the prompt
+            # (with the prompt on stdin or before ``resume``, it was the last argument).
+            at = positional.index("resume", 1)
+            del positional[at + 1 : at + 2]
         positional = [p for p in positional if p not in ("exec", "e", "resume")]
     if not positional or positional[-1] == "-":
         return None
@@ -319,10 +324,10 @@ class _Recorder:
         if self.prompt_recorded or self.prompt is None:
             return []
         self.prompt_recorded = True
-        text, removed = strip_private_text(self.prompt)
-        redactions = (
-            ({"kind": "private_tag", "path": "$.text", "count": removed},) if removed else ()
-        )
+        # private spans and secrets (tokens, keys) removed, as from a hook's prompt: the
+        # stored text holds no secret, and its alias hash is the hook's and rollout's
+        text, removed = strip_private(self.prompt, path="$.text")
+        redactions = tuple(removed)
         prompt = Observation(
             session,
             "PromptSubmitted",
@@ -352,7 +357,12 @@ class _Recorder:
             if f.occurred_at is None:
                 f.occurred_at = now
         if facts:
-            items = [*self._prompt_first(facts[0].session), *items]
+            # The prompt goes before the stream's first fact, except after a leading
+            # ``Started`` (``system/init``, ``thread.started``): recorded the other way
+            # round, ``Started`` moved the session from PROCESSING back to ACTIVE while
+            # the agent was working on the prompt.
+            at = items.index(facts[0]) + (facts[0].kind == "Started")
+            items = [*items[:at], *self._prompt_first(facts[0].session), *items[at:]]
         if items:
             self.result.add(self.ledger.record(items))
 

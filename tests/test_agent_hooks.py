@@ -256,6 +256,42 @@ def test_gemini_hook_calls_and_the_chat_files_calls_are_one_call_each(
     session = services.ledger.session(SessionRef("gemini", sid).id)
     assert session is not None and session.unpaired_calls == {}  # every hook call closed
 
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-then-chat", "chat-then-hooks"])
+def test_gemini_prompt_and_call_holding_a_secret_are_one_each_with_the_hooks(
+    services: Services, tmp_path: Path, hooks_first: bool
+) -> None:
+    """Review finding: a prompt with a ``<private>`` span or a token, or a tool call whose
+    args hold a token, counted twice when both the hooks and the chat file were recorded
+    (2 prompts, 4 calls for 1 and 3): the hooks' aliases hash the stored (redacted)
+    text, the chat file's hashed the text before redaction. The real chat file, its
+    prompt and one call's args given a secret."""
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    doc = json.loads(CHAT.read_text())
+    sid = doc["sessionId"]
+    user = doc["messages"][0]
+    user["content"] = f"{user['content'].strip()} <private>staging</private> token {token}"
+    doc["messages"][2]["toolCalls"][0]["args"]["new_string"] = f"Goodbye {token}"
+    chat = tmp_path / CHAT.name
+    chat.write_text(json.dumps(doc))
+    base = {"session_id": sid, "transcript_path": str(chat), "cwd": "/work/demo",
+            "timestamp": "2025-10-29T10:37:00.000Z"}
+    hooks: list[dict[str, Any]] = [
+        {**base, "hook_event_name": "BeforeAgent", "prompt": user["content"]}
+    ]
+    for m in doc["messages"]:
+        for c in m.get("toolCalls") or []:
+            tool = {**base, "tool_name": c["name"], "tool_input": c["args"]}
+            hooks += [{**tool, "hook_event_name": "BeforeTool"},
+                      {**tool, "hook_event_name": "AfterTool",
+                       "tool_response": {"llmContent": "ok", "returnDisplay": ""}}]
+
+    deliver = _in_either_order(services, "gemini", hooks, "gem", chat, hooks_first)
+    detail = _row(services, sid)
+    assert (detail["prompt_count"], detail["tool_call_count"]) == (1, 3)
+    assert token not in json.dumps(detail) and "staging" not in json.dumps(detail)
+    assert deliver() == 0 and import_paths(services.ledger, [chat]).result.appended == 0
+
+
 # -- Cursor -------------------------------------------------------------------------------
 
 EMAIL = "dev.person@example.com"

@@ -151,6 +151,30 @@ def test_truncated_codex_stream_keeps_what_arrived(services: Services) -> None:
     assert import_paths(services.ledger, [recording]).result.appended == 0
 
 
+@pytest.mark.parametrize(
+    "recording",
+    [CODEX_EXEC[-1], *STREAM_JSON[:1]],
+    ids=lambda p: p.name,
+)
+def test_the_stream_start_does_not_make_a_working_session_look_idle(
+    services: Services, recording: Path
+) -> None:
+    # Review finding (hookledger run -- codex exec "…"): the run's prompt was recorded
+    # before the stream's first line (thread.started / system/init), whose Started moved
+    # the session from PROCESSING back to ACTIVE: the live view showed an idle session
+    # while the agent worked on the prompt, until its first item arrived.
+    _run(services, recording, "--signal", "SIGTERM", prompt="the prompt")
+    first = _records(recording)[0]
+    s = _session(services, first.get("thread_id") or first.get("session_id"))
+    detail = queries.get_session(services.models, s["id"])
+    assert detail is not None
+    causes = [(h["to_status"], h["cause"]) for h in detail["status_history"]]
+    assert causes[:3] == [("CREATED", "Opened"), ("ACTIVE", "Started"), ("PROCESSING", "PromptSubmitted")]
+    assert ("ACTIVE", "Started") not in causes[3:]
+    assert s["prompt_count"] == 1
+    assert import_paths(services.ledger, [recording]).result.appended == 0
+
+
 def test_codex_exec_resume_is_not_counted_twice(services: Services, tmp_path: Path) -> None:
     # Review finding (hookledger run -- codex exec, then codex exec resume of its thread):
     # the resumed process's turn.completed, the thread's running total, was recorded
@@ -278,6 +302,14 @@ def test_prompt_is_read_from_claude_and_codex_command_lines() -> None:
     )
     assert prompt_from_argv(["codex", "exec", "resume", "--last", "--json", "go on"]) == "go on"
     assert prompt_from_argv(["codex", "exec", "--json", "-"]) is None  # prompt on stdin
+    # Review finding: ``codex exec resume SESSION_ID`` recorded the thread id as the
+    # prompt when the prompt came on stdin or before the subcommand (both documented
+    # forms of codex exec), so the real prompt (hook, rollout) counted as a second one.
+    thread = "019a2d7a-6455-7170-a661-c6d8b94c630a"
+    assert prompt_from_argv(["codex", "exec", "--json", "resume", thread]) is None
+    assert prompt_from_argv(["codex", "exec", "--json", "go on", "resume", thread]) == "go on"
+    assert prompt_from_argv(["codex", "exec", "--json", "resume", thread, "go on"]) == "go on"
+    assert prompt_from_argv(["codex", "exec", "--json", "go on", "resume", "--last"]) == "go on"
     assert prompt_from_argv(["python", "agent.py", "x"]) is None  # not a known agent
 
 
@@ -354,6 +386,33 @@ def test_the_runs_prompt_and_the_hooks_copy_of_it_are_one_prompt(services: Servi
     kinds = _kinds(services, s)
     assert s["status"] == "COMPLETED" and kinds.count("Reopened") == 1
     assert kinds.count("RecordObserved") == 2
+
+
+def test_a_prompt_holding_a_token_is_stored_redacted_and_meets_the_hooks_copy(
+    services: Services,
+) -> None:
+    # Review finding (hookledger run --prompt "push with token ghp_…" -- codex exec …):
+    # the run removed <private> spans only, so the token was stored in the prompt's text,
+    # and Codex's UserPromptSubmit hook (redacted like every hook) hashed another text:
+    # two prompts, one of them holding the secret.
+    from ledger.ingest import ingest_hook
+
+    recording = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    sid = _expected(recording)["session"]
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    prompt = f"push with token {token}"
+    _run(services, recording, prompt=prompt)
+    body = json.dumps({"session_id": sid, "hook_event_name": "UserPromptSubmit", "cwd": "/w",
+                       "model": "gpt-5-codex", "permission_mode": "default",
+                       "transcript_path": None, "turn_id": "t1", "prompt": prompt}).encode()
+    assert ingest_hook(services.ledger, "codex", body, "hook-1").error is None
+    services.runner.catch_up()
+    s = _session(services, sid)
+    assert s["prompt_count"] == 1
+    events = list(services.ledger.events.get(UUID(s["id"])))
+    (stored,) = [e for e in events if type(e).__name__ == "PromptSubmitted"]
+    assert token not in stored.text and "push with token" in stored.text
+    assert [r.kind for r in stored.redactions] == ["github_pat"]
 
 
 def test_a_closed_output_stops_the_pass_through_not_the_recording(services: Services) -> None:

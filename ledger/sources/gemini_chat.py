@@ -297,7 +297,7 @@ class ChatParser:
         obs = self._obs("PromptSubmitted", key, {"text": text, "prompt_kind": kind}, at, key)
         obs.after_prompt = None
         if mid not in self.prompted:  # a message written again keeps its first alias
-            self.prompted[mid] = self.prompts.alias(self.session.external_id, text)
+            self.prompted[mid] = self.prompts.alias(self.session.external_id, _stored(text))
             obs.alias_keys = (self.prompted[mid],)
         if kind == "human":  # its followers name the alias, which the hook's copy shares
             self.last_prompt = self.prompted[mid]
@@ -354,7 +354,7 @@ class ChatParser:
             at,
             key,
         )
-        alias = self.calls.alias(name, call.get("args"), call_id=cid)
+        alias = self.calls.alias(name, _stored(call.get("args")), call_id=cid)
         started.extra["call_alias"] = alias
         status = as_str(call.get("status"))
         if status not in _DONE:
@@ -405,7 +405,7 @@ class ChatParser:
                     None,
                     key,
                 )
-                obs.alias_keys = (self.prompts.alias(self.session.external_id, text),)
+                obs.alias_keys = (self.prompts.alias(self.session.external_id, _stored(text)),)
                 self.last_prompt = obs.alias_keys[0]  # as in :meth:`_user`
             elif role in ("gemini", "model"):
                 obs = self._obs(
@@ -440,6 +440,12 @@ def _tool_error(call: dict[str, Any]) -> str | None:
         if isinstance(resp, dict) and isinstance(resp.get("error"), str):
             return resp["error"]
     return as_str(call.get("resultDisplay"))
+
+
+def _stored(value: Any) -> Any:
+    """``value`` as a hook payload stores it (private spans and secrets removed): the
+    ``prompt:`` and ``call:`` aliases hash this, as the hooks' copies do."""
+    return strip_private(value)[0]
 
 
 def _strip(obs: Observation) -> Observation:
