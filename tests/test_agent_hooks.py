@@ -105,6 +105,18 @@ def _post_all(
 # -- Gemini CLI -------------------------------------------------------------------------
 
 
+def _gemini_tool_hooks(doc: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """A BeforeTool and an AfterTool hook payload for each tool call of chat ``doc``."""
+    hooks: list[dict[str, Any]] = []
+    for m in doc["messages"]:
+        for c in m.get("toolCalls") or []:
+            tool = {**base, "tool_name": c["name"], "tool_input": c["args"]}
+            hooks += [{**tool, "hook_event_name": "BeforeTool"},
+                      {**tool, "hook_event_name": "AfterTool",
+                       "tool_response": {"llmContent": "ok", "returnDisplay": ""}}]
+    return hooks
+
+
 def _gemini_payloads() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     doc = json.loads(CHAT.read_text())
     sid = doc["sessionId"]
@@ -233,13 +245,7 @@ def test_gemini_hook_calls_and_the_chat_files_calls_are_one_call_each(
     sid = doc["sessionId"]
     base = {"session_id": sid, "transcript_path": str(CHAT), "cwd": "/work/demo",
             "timestamp": "2025-10-29T10:37:00.000Z"}
-    hooks: list[dict[str, Any]] = []
-    for m in doc["messages"]:
-        for c in m.get("toolCalls") or []:
-            tool = {**base, "tool_name": c["name"], "tool_input": c["args"]}
-            hooks += [{**tool, "hook_event_name": "BeforeTool"},
-                      {**tool, "hook_event_name": "AfterTool",
-                       "tool_response": {"llmContent": "ok", "returnDisplay": ""}}]
+    hooks = _gemini_tool_hooks(doc, base)
     assert len(hooks) == 6
 
     deliver = _in_either_order(services, "gemini", hooks, "gem", CHAT, hooks_first)
@@ -275,15 +281,10 @@ def test_gemini_prompt_and_call_holding_a_secret_are_one_each_with_the_hooks(
     chat.write_text(json.dumps(doc))
     base = {"session_id": sid, "transcript_path": str(chat), "cwd": "/work/demo",
             "timestamp": "2025-10-29T10:37:00.000Z"}
-    hooks: list[dict[str, Any]] = [
-        {**base, "hook_event_name": "BeforeAgent", "prompt": user["content"]}
+    hooks = [
+        {**base, "hook_event_name": "BeforeAgent", "prompt": user["content"]},
+        *_gemini_tool_hooks(doc, base),
     ]
-    for m in doc["messages"]:
-        for c in m.get("toolCalls") or []:
-            tool = {**base, "tool_name": c["name"], "tool_input": c["args"]}
-            hooks += [{**tool, "hook_event_name": "BeforeTool"},
-                      {**tool, "hook_event_name": "AfterTool",
-                       "tool_response": {"llmContent": "ok", "returnDisplay": ""}}]
 
     deliver = _in_either_order(services, "gemini", hooks, "gem", chat, hooks_first)
     detail = _row(services, sid)

@@ -337,18 +337,23 @@ def test_malformed_journal_records_are_rejected_with_a_reason(settings: Settings
     journal_append(
         str(spool), record_bytes("claude-code", b"{not json", uuid7(), "2026-06-20T00:00:00.000Z")
     )
-    services = build(settings)
-    try:
-        JournalIngester(spool, services.ledger.record).drain()
-        services.runner.catch_up()
-        stats = queries.stats(services.models)
-    finally:
-        services.close()
+    stats = _drained_stats(settings, spool)
     assert not list(spool.iterdir())
     assert stats["prompts"] == 2
     # "this is not a record" (no header), the record whose body is shorter than its
     # header says, and the body that is not JSON.
     assert stats["rejected"] == 3
+
+
+def _drained_stats(settings: Settings, spool: Path) -> dict[str, int]:
+    """``stats`` of the store after draining ``spool``'s journal into it."""
+    services = build(settings)
+    try:
+        JournalIngester(spool, services.ledger.record).drain()
+        services.runner.catch_up()
+        return queries.stats(services.models)
+    finally:
+        services.close()
 
 
 def test_a_torn_record_does_not_swallow_the_next_hooks_payload(settings: Settings) -> None:
@@ -364,13 +369,7 @@ def test_a_torn_record_does_not_swallow_the_next_hooks_payload(settings: Setting
     for n in (2, 3):
         out = run_hook(settings.data_dir, _prompt(1, n))
         assert out.returncode == 0, out
-    services = build(settings)
-    try:
-        JournalIngester(spool, services.ledger.record).drain()
-        services.runner.catch_up()
-        stats = queries.stats(services.models)
-    finally:
-        services.close()
+    stats = _drained_stats(settings, spool)
     assert stats["prompts"] == 2, "both payloads written after the torn record"
     assert stats["rejected"] == 1, "the torn record, kept as rejected input"
 
