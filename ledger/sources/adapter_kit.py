@@ -7,6 +7,8 @@
   raises :class:`HookPayloadError` (the error ``ledger.ingest`` turns into a rejected
   input) when the payload cannot be attributed.
 * :func:`prompt_kind` tells a slash command from a typed prompt.
+* :func:`text_parts` reads the texts of a message's content (a string, or Anthropic
+  content blocks of type ``text``), as Claude Code and Cursor write it.
 * :class:`PromptCounter` / :class:`CallCounter` give a file's prompts and id-less tool
   calls the alias keys hook facts of the same session get in the aggregate, so a fact
   seen by a hook and by a file import is one fact.
@@ -139,3 +141,17 @@ def hook_envelope(payload: Any, id_fields: tuple[str, ...], name_field: str) -> 
     if not isinstance(name, str) or not name:
         raise HookPayloadError(f"hook payload has no {name_field}")
     return sid, name
+
+
+def text_parts(content: Any) -> list[str]:
+    """The texts of message ``content``: ``[content]`` for a string, the ``text`` of each
+    ``{"type": "text", "text": str}`` block of a list, else ``[]``."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [
+            b["text"]
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        ]
+    return []

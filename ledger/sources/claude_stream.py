@@ -48,7 +48,7 @@ from ledger.observation import (
     SessionRef,
     json_hash,
 )
-from ledger.sources.adapter_kit import CallCounter, PromptCounter
+from ledger.sources.adapter_kit import CallCounter, PromptCounter, text_parts
 from ledger.sources.claude_common import AGENT, classify_prompt, tool_error_text
 from ledger.sources.jsonl import Decoded, LineKeys, decode, guarded, int_or_none, str_or_none
 
@@ -399,15 +399,7 @@ class StreamParser:
             facts.append(done)
         if facts:
             return facts
-        parts = (
-            [content]
-            if isinstance(content, str)
-            else [
-                b["text"]
-                for b in blocks
-                if b.get("type") == "text" and isinstance(b.get("text"), str)
-            ]
-        )
+        parts = text_parts(content)
         kind, text = classify_prompt(parts) if parts else ("other", "")
         if kind == "other":
             return []

@@ -38,7 +38,7 @@ from ledger.observation import (
     json_hash,
 )
 from ledger.privacy import may_hold_private, strip_private
-from ledger.sources.adapter_kit import CallCounter
+from ledger.sources.adapter_kit import CallCounter, text_parts
 from ledger.sources.claude_common import (
     AGENT,
     classify_prompt,
@@ -287,7 +287,7 @@ class TranscriptParser:
         if isinstance(origin, dict) and origin.get("kind") == "task-notification":
             kind, text = "task_notification", _join_text(content)
         else:
-            parts = _text_parts(content)
+            parts = text_parts(content)
             if not parts:
                 return []
             kind, text = classify_prompt(parts)
@@ -508,20 +508,8 @@ def _agent_type(agent_id: str) -> str | None:
     return "compact" if agent_id.startswith("acompact") else None
 
 
-def _text_parts(content: Any) -> list[str]:
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        return [
-            b["text"]
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-        ]
-    return []
-
-
 def _join_text(content: Any) -> str:
-    return "\n".join(_text_parts(content))
+    return "\n".join(text_parts(content))
 
 
 def _int(value: Any) -> int | None:

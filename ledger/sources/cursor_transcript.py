@@ -39,6 +39,7 @@ from ledger.sources.adapter_kit import (
     PromptCounter,
     as_str,
     prompt_kind,
+    text_parts,
 )
 from ledger.sources.jsonl import unreadable
 
@@ -105,15 +106,7 @@ def parse_records(
             message = rec.get("message") if isinstance(rec.get("message"), dict) else {}
             content = message.get("content")
             blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-            texts = (
-                [content]
-                if isinstance(content, str)
-                else [
-                    b["text"]
-                    for b in blocks
-                    if b.get("type") == "text" and isinstance(b.get("text"), str)
-                ]
-            )
+            texts = text_parts(content)
             facts: list[Observation] = []
             if role == "user":
                 text = _unwrap("\n".join(texts))
