@@ -29,8 +29,9 @@ def routes(services: Services, current: Callable[[], Awaitable[None]]) -> list[R
 
     async def context(request: Request) -> Response:
         # a trailing "/" names the same directory (agents write cwd without one), as the
-        # SSE project filter reads it
-        cwd = request.query_params.get("cwd", "").rstrip("/") or request.query_params.get("cwd", "")
+        # SSE project filter reads it; "/" stays "/"
+        given = request.query_params.get("cwd", "")
+        cwd = given.rstrip("/") or given
         sid = request.query_params.get("session_id") or None
         query = request.query_params.get("q")
         if not cwd:

@@ -14,6 +14,7 @@ is redacted whole. Standard library only (the hook client imports this module).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ledger.secrets import RuleSet, redact_field_value, redact_secrets, rules_for
@@ -94,19 +95,20 @@ def redact_text(
     (:func:`strip_private_json_text`). Returns (text, redaction dicts ``{kind, path,
     count}``); kinds are ``private_tag`` and the :func:`ledger.secrets.catalogue` kinds."""
     redactions: list[dict[str, Any]] = []
-    if json_text:
-        text, n = strip_private_json_text(text)
-        if n:
-            redactions.append({"kind": "private_tag", "path": path, "count": n})
-    return _text(text, path, redactions), redactions
+    strip = strip_private_json_text if json_text else strip_private_text
+    return _text(text, path, redactions, strip=strip), redactions
 
 
 def _text(
-    text: str, path: str, redactions: list[dict[str, Any]], rules: RuleSet | None = None
+    text: str,
+    path: str,
+    redactions: list[dict[str, Any]],
+    rules: RuleSet | None = None,
+    strip: Callable[[str], tuple[str, int]] = strip_private_text,
 ) -> str:
     cleaned = text
     if rules is None or rules.private:
-        cleaned, n = strip_private_text(text)
+        cleaned, n = strip(text)
         if n:
             redactions.append({"kind": "private_tag", "path": path, "count": n})
     cleaned, counts = redact_secrets(cleaned, rules)
