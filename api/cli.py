@@ -248,8 +248,8 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
         verify_export_cmd(ctx, path, against_store)
         return
     settings = ctx.obj["settings"]
-    store = settings.data_dir / "events.db"
-    if not settings.database_url and not store.exists():  # a mistyped --data-dir
+    store = settings.sqlite_path
+    if not settings.is_postgres and not store.exists():  # a mistyped --data-dir
         raise click.ClickException(
             f"no event store at {store}: nothing to verify (check --data-dir or "
             "HOOKLEDGER_DATA_DIR)"

@@ -95,10 +95,16 @@ class Settings:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         return {
             "PERSISTENCE_MODULE": "eventsourcing.sqlite",
-            "SQLITE_DBNAME": str(self.data_dir / "events.db"),
+            "SQLITE_DBNAME": str(self.sqlite_path),
             "SQLITE_LOCK_TIMEOUT": "30",
             "APPLICATION_RECORDER_TOPIC": "ledger.recorders:PollingSQLiteApplicationRecorder",
         }
+
+    @property
+    def sqlite_path(self) -> Path:
+        """The embedded event store's file, ``<data dir>/events.db`` (whether it exists
+        or not; unused with PostgreSQL)."""
+        return self.data_dir / "events.db"
 
     def data_dir_id(self) -> str:
         """16 hex characters naming this data directory (sha256 of its resolved path):
