@@ -14,7 +14,11 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
 * ``POST /v1/journal`` — many hook payloads in the spool's framing (a remote hook's
   spool); 202 ``{"records", "appended", "duplicates", "rejected", "positions"}``.
 * ``GET /v1/sessions`` (``limit`` default 100, at most 1000, ``0`` lists none;
-  ``offset``; ``agent`` (exact); ``status`` (any case); ``totals=1`` adds ``totals``,
+  ``offset``; ``agent`` (exact; 400 naming the known ones unless it is an agent
+  hookledger records, :data:`ledger.ingest.HOOK_PARSERS`, or one that has sessions:
+  a known agent without sessions lists none); ``status`` (one of the ten
+  :class:`~ledger.lifecycle.SessionStatus` values, any case; else 400 listing them);
+  ``totals=1`` adds ``totals``,
   sums over every session the filters match (:func:`projections.queries.session_totals`),
   and ``agents``, the agents that have sessions) — ``{"sessions", "limit", "offset"}``,
   most recent activity first; ``GET /v1/sessions/{id}`` (ledger id, the agent's id or a
@@ -73,6 +77,8 @@ from api.projection_process import ProjectionProcess
 from api.summaries import SummaryThread
 from api.url_guard import NulInUrl
 from ledger.envelope import raw_record
+from ledger.ingest import HOOK_PARSERS
+from ledger.lifecycle import SessionStatus
 from projections import queries
 
 CATCH_UP_INTERVAL_S = 0.1
@@ -163,6 +169,14 @@ def create_app(
         if limit < 0 or offset < 0:  # PostgreSQL refuses a negative OFFSET (500)
             return JSONResponse({"error": "limit and offset must not be negative"}, 400)
         agent, status = q.get("agent"), q.get("status")
+        if status and status.upper() not in SessionStatus.__members__:  # "COMPLETE" listed none
+            known = ", ".join(SessionStatus.__members__)
+            return JSONResponse({"error": f"unknown status {status!r} (known: {known})"}, 400)
+        if agent and agent not in HOOK_PARSERS:  # "claude" listed none
+            stored = await anyio.to_thread.run_sync(queries.agents, services.models)
+            if agent not in stored:
+                known = ", ".join(sorted({*HOOK_PARSERS, *stored}))
+                return JSONResponse({"error": f"unknown agent {agent!r} (known: {known})"}, 400)
 
         def read() -> dict[str, Any]:
             rows = (

@@ -329,3 +329,27 @@ def test_an_unknown_status_filter_is_a_usage_error_naming_the_states(settings: S
     assert b"unknown status 'COMPLETE'" in out.stderr and b"COMPLETED" in out.stderr
     assert b"ARCHIVED" in out.stderr
     assert cli(settings, "sessions", "--status", "completed", "--json").returncode == 0
+
+
+def test_an_unknown_status_or_agent_of_the_session_list_is_a_400_naming_the_known_ones(
+    services: Services, client: TestClient
+) -> None:
+    # GET /v1/sessions?status=COMPLETE (for COMPLETED) or ?agent=claude answered an
+    # empty 200, as if no session matched; the CLI refused both already
+    _start(services, "listed")
+    for query, named in (("status=COMPLETE", "'COMPLETE'"), ("status=bogus&totals=1", "'bogus'")):
+        r = client.get(f"/v1/sessions?{query}")
+        assert r.status_code == 400, (query, r.text)
+        error = r.json()["error"]
+        assert f"unknown status {named}" in error
+        assert all(s in error for s in ("CREATED", "PROCESSING", "COMPLETED", "ARCHIVED"))
+    r = client.get("/v1/sessions?agent=claude")
+    assert r.status_code == 400 and "unknown agent 'claude'" in r.json()["error"]
+    assert "claude-code" in r.json()["error"] and "codex" in r.json()["error"]
+    listed = lambda q: [s["external_id"] for s in client.get(f"/v1/sessions?{q}").json()["sessions"]]  # noqa: E731
+    # any case, as before; a known agent without sessions lists none (documented)
+    (status,) = {s["status"] for s in client.get("/v1/sessions").json()["sessions"]}
+    assert listed(f"status={status.lower()}") == listed(f"status={status}") == ["listed"]
+    assert listed("agent=claude-code") == ["listed"]
+    r = client.get("/v1/sessions?agent=codex")
+    assert r.status_code == 200 and r.json()["sessions"] == []
