@@ -14,7 +14,7 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
 * ``POST /v1/journal`` — many hook payloads in the spool's framing (a remote hook's
   spool); 202 ``{"records", "appended", "duplicates", "rejected", "positions"}``.
 * ``GET /v1/sessions`` (``limit`` default 100, at most 1000, ``0`` lists none;
-  ``offset``; ``agent`` (exact; 400 naming the known ones unless it is an agent
+  ``offset`` (at most :data:`MAX_OFFSET`); ``agent`` (exact; 400 naming the known ones unless it is an agent
   hookledger records, :data:`ledger.ingest.HOOK_PARSERS`, or one that has sessions:
   a known agent without sessions lists none); ``status`` (one of the ten
   :class:`~ledger.lifecycle.SessionStatus` values, any case; else 400 listing them);
@@ -83,6 +83,8 @@ from projections import queries
 
 CATCH_UP_INTERVAL_S = 0.1
 """Longest wait of the background thread between catch-ups (s); an append wakes it."""
+MAX_OFFSET = 2**63 - 1
+"""Largest ``offset`` of ``GET /v1/sessions`` (SQL's BIGINT); a larger one is a 400."""
 
 
 class Background:
@@ -168,6 +170,8 @@ def create_app(
             return JSONResponse({"error": "limit and offset must be integers"}, 400)
         if limit < 0 or offset < 0:  # PostgreSQL refuses a negative OFFSET (500)
             return JSONResponse({"error": "limit and offset must not be negative"}, 400)
+        if offset > MAX_OFFSET:  # past a 64-bit integer: the drivers raised (500)
+            return JSONResponse({"error": f"offset must be at most {MAX_OFFSET}"}, 400)
         agent, status = q.get("agent"), q.get("status")
         if status and status.upper() not in SessionStatus.__members__:  # "COMPLETE" listed none
             known = ", ".join(SessionStatus.__members__)

@@ -302,6 +302,12 @@ def test_a_negative_limit_or_offset_of_the_session_list_is_refused(
         r = client.get(f"/v1/sessions?{query}")
         assert r.status_code == 400, (query, r.text)
         assert "limit" in r.json()["error"]
+    # an offset past a 64-bit integer made the driver raise: a 500 (SQLite OverflowError)
+    r = client.get(f"/v1/sessions?offset={2**63}")
+    assert r.status_code == 400 and "offset must be at most" in r.json()["error"]
+    assert client.get(f"/v1/sessions?offset={2**63 - 1}").json()["sessions"] == []
+    # a limit past 1000 is 1000, huge or not (as documented)
+    assert client.get(f"/v1/sessions?limit={10**30}").json()["limit"] == 1000
     assert [s["external_id"] for s in client.get("/v1/sessions?offset=0").json()["sessions"]] == [
         "listed"
     ]
