@@ -23,7 +23,8 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
   and ``agents``, the agents that have sessions) — ``{"sessions", "limit", "offset"}``,
   most recent activity first; ``GET /v1/sessions/{id}`` (ledger id, the agent's id or a
   unique prefix: the session with its batches, inputs, tool calls, status history,
-  lineage (``parent``, ``spawned_by``, ``subagents``) and summaries; 404),
+  lineage (``parent``, ``spawned_by``, ``subagents``) and summaries; 404 ``{"error"}``
+  ``no such session: <id>``, or listing the sessions an ambiguous prefix matches),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions, digests and raw
   records), ``/plans`` (:mod:`api.plans`), ``/summaries``.
 * ``POST /v1/sessions/{id}/commands/{command}`` — operator commands
@@ -196,33 +197,37 @@ def create_app(
 
         return JSONResponse(await anyio.to_thread.run_sync(read))
 
-    async def get_session(request: Request) -> Response:
+    async def session_of(request: Request) -> str | Response:
+        """The ledger id the path's ``{id}`` names, else 404 ``{"error"}`` saying why
+        (no such session, or the sessions an ambiguous prefix matches)."""
         await current()
-        sid = await anyio.to_thread.run_sync(
-            lambda: queries.find_session_id(services.models, request.path_params["id"])
-        )
-        found = sid and await anyio.to_thread.run_sync(lambda: queries.get_session(services.models, sid))
+        ref = request.path_params["id"]
+        sid = await anyio.to_thread.run_sync(lambda: queries.find_session_id(services.models, ref))
+        if sid is None:
+            error = await anyio.to_thread.run_sync(queries.unresolved, services.models, ref)
+            return JSONResponse({"error": error}, 404)
+        return sid
+
+    async def get_session(request: Request) -> Response:
+        sid = await session_of(request)
+        if isinstance(sid, Response):
+            return sid
+        found = await anyio.to_thread.run_sync(lambda: queries.get_session(services.models, sid))
         if not found:
-            return JSONResponse({"error": "no such session"}, 404)
+            return JSONResponse({"error": f"no such session: {sid}"}, 404)
         return JSONResponse(found)
 
     async def session_events(request: Request) -> Response:
-        await current()
-        sid = await anyio.to_thread.run_sync(
-            lambda: queries.find_session_id(services.models, request.path_params["id"])
-        )
-        if not sid:
-            return JSONResponse({"error": "no such session"}, 404)
+        sid = await session_of(request)
+        if isinstance(sid, Response):
+            return sid
         events = await anyio.to_thread.run_sync(lambda: _events(services, sid))
         return JSONResponse({"session_id": sid, "events": events})
 
     async def session_summaries(request: Request) -> Response:
-        await current()
-        sid = await anyio.to_thread.run_sync(
-            lambda: queries.find_session_id(services.models, request.path_params["id"])
-        )
-        if not sid:
-            return JSONResponse({"error": "no such session"}, 404)
+        sid = await session_of(request)
+        if isinstance(sid, Response):
+            return sid
         found = await anyio.to_thread.run_sync(lambda: queries.session_summaries(services.models, sid))
         return JSONResponse({"session_id": sid, "summaries": found})
 

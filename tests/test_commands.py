@@ -359,3 +359,19 @@ def test_an_unknown_status_or_agent_of_the_session_list_is_a_400_naming_the_know
     assert listed("agent=claude-code") == ["listed"]
     r = client.get("/v1/sessions?agent=codex")
     assert r.status_code == 200 and r.json()["sessions"] == []
+
+
+def test_an_ambiguous_session_prefix_is_a_404_listing_the_sessions_it_matches(
+    services: Services, client: TestClient
+) -> None:
+    # GET /v1/sessions/<prefix of two sessions' ids> answered "no such session", as if
+    # none matched; `hookledger show` lists them
+    ids = [_start(services, name) for name in ("amb-one", "amb-two")]
+    for path in ("", "/events", "/summaries", "/plans"):
+        r = client.get(f"/v1/sessions/amb-{path}")
+        assert r.status_code == 404, (path, r.text)
+        error = r.json()["error"]
+        assert "more than one session matches 'amb-'" in error and all(i in error for i in ids), error
+        r = client.get(f"/v1/sessions/nothing-like-it{path}")
+        assert r.status_code == 404 and r.json()["error"] == "no such session: nothing-like-it"
+    assert client.get("/v1/sessions/amb-one").json()["id"] == ids[0]
