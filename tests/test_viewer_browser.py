@@ -845,3 +845,43 @@ def test_a_burst_of_updates_on_a_large_session_fetches_its_detail_one_at_a_time(
     assert sorted(shown) == sorted(str(c["tool_use_id"]) for c in after["tool_calls"])
     assert len(shown) == len(set(shown)) == len(before["tool_calls"]) + len({h["tool_use_id"] for h in burst})
     assert duplicates == 0
+
+
+@pytest.mark.parametrize("settings", ["sqlite"], indirect=True)  # layout and escaping: no store path
+def test_long_lines_and_markup_stay_text_inside_the_page_width(
+    settings: Settings, request: pytest.FixtureRequest, chromium: Any
+) -> None:
+    # A real prompt payload whose prompt closes a script and holds a 300,000-character
+    # line, and whose cwd is 2,000 characters without a break; a tool call whose name and
+    # input are markup. The session page was 17,929 px wide: the cwd in its facts (a
+    # grid column sized to its content) did not wrap. Everything shows as text, wrapped.
+    payloads, _ = _ordered_payloads()
+    prompt = next(p for p in payloads if p["hook_event_name"] == "UserPromptSubmit")
+    pre = next(p for p in payloads if p["hook_event_name"] == "PreToolUse")
+    script = '</script><script>window.pwned=1</script><img id="xss" src="x" onerror="window.pwned=2">'
+    text = script + " " + "x" * 300_000
+    cwd = "/work/" + "d" * 2000
+    hooks = [{**prompt, "prompt": text, "cwd": cwd},
+             {**pre, "cwd": cwd, "tool_name": "<b>Bash</b>", "tool_input": {"command": script + "y" * 50_000}}]
+    srv = Server(settings, env={"HOOKLEDGER_SUMMARIES_INTERVAL_S": "0"}).start()
+    try:
+        sid, _ = (post(srv.url, h, f"long-{n}")["sessions"][0] for n, h in enumerate(hooks))
+        with _page(chromium, height=900) as page:
+            page.goto(f"{srv.url}/#/session/{sid}")
+            page.wait_for_selector(f'#batches tr[data-tool-use-id="{pre["tool_use_id"]}"]')
+            shown = page.inner_text("#batches .prompt")
+            tool = page.inner_text(f'#batches tr[data-tool-use-id="{pre["tool_use_id"]}"] td')
+            widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+            page.goto(f"{srv.url}/#/")
+            page.wait_for_selector(f'tr.session-row[data-id="{sid}"]')
+            list_widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+            xss = page.locator("#xss, #view b, #view script").count()
+            pwned = page.evaluate("window.pwned === undefined ? null : window.pwned")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
+    finally:
+        srv.stop()
+    assert shown == text and tool == "<b>Bash</b>"
+    assert widths[0] <= widths[1], widths
+    assert list_widths[0] <= list_widths[1], list_widths
+    assert xss == 0 and pwned is None
