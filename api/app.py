@@ -14,12 +14,17 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
 * ``POST /v1/journal`` — many hook payloads in the spool's framing (a remote hook's
   spool); 202 ``{"records", "appended", "duplicates", "rejected", "positions"}``.
 * ``GET /v1/sessions`` (``limit`` default 100, at most 1000, ``0`` lists none;
-  ``offset``; ``agent`` (exact); ``status`` (any case); ``totals=1`` adds ``totals``,
+  ``offset`` (at most :data:`MAX_OFFSET`); ``agent`` (exact; 400 naming the known ones unless it is an agent
+  hookledger records, :data:`ledger.ingest.HOOK_PARSERS`, or one that has sessions:
+  a known agent without sessions lists none); ``status`` (one of the ten
+  :class:`~ledger.lifecycle.SessionStatus` values, any case; else 400 listing them);
+  ``totals=1`` adds ``totals``,
   sums over every session the filters match (:func:`projections.queries.session_totals`),
   and ``agents``, the agents that have sessions) — ``{"sessions", "limit", "offset"}``,
   most recent activity first; ``GET /v1/sessions/{id}`` (ledger id, the agent's id or a
   unique prefix: the session with its batches, inputs, tool calls, status history,
-  lineage (``parent``, ``spawned_by``, ``subagents``) and summaries; 404),
+  lineage (``parent``, ``spawned_by``, ``subagents``) and summaries; 404 ``{"error"}``
+  ``no such session: <id>``, or listing the sessions an ambiguous prefix matches),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions, digests and raw
   records), ``/plans`` (:mod:`api.plans`), ``/summaries``.
 * ``POST /v1/sessions/{id}/commands/{command}`` — operator commands
@@ -73,10 +78,14 @@ from api.projection_process import ProjectionProcess
 from api.summaries import SummaryThread
 from api.url_guard import NulInUrl
 from ledger.envelope import raw_record
+from ledger.ingest import HOOK_PARSERS
+from ledger.lifecycle import SessionStatus
 from projections import queries
 
 CATCH_UP_INTERVAL_S = 0.1
 """Longest wait of the background thread between catch-ups (s); an append wakes it."""
+MAX_OFFSET = 2**63 - 1
+"""Largest ``offset`` of ``GET /v1/sessions`` (SQL's BIGINT); a larger one is a 400."""
 
 
 class Background:
@@ -162,7 +171,17 @@ def create_app(
             return JSONResponse({"error": "limit and offset must be integers"}, 400)
         if limit < 0 or offset < 0:  # PostgreSQL refuses a negative OFFSET (500)
             return JSONResponse({"error": "limit and offset must not be negative"}, 400)
+        if offset > MAX_OFFSET:  # past a 64-bit integer: the drivers raised (500)
+            return JSONResponse({"error": f"offset must be at most {MAX_OFFSET}"}, 400)
         agent, status = q.get("agent"), q.get("status")
+        if status and status.upper() not in SessionStatus.__members__:  # "COMPLETE" listed none
+            known = ", ".join(SessionStatus.__members__)
+            return JSONResponse({"error": f"unknown status {status!r} (known: {known})"}, 400)
+        if agent and agent not in HOOK_PARSERS:  # "claude" listed none
+            stored = await anyio.to_thread.run_sync(queries.agents, services.models)
+            if agent not in stored:
+                known = ", ".join(sorted({*HOOK_PARSERS, *stored}))
+                return JSONResponse({"error": f"unknown agent {agent!r} (known: {known})"}, 400)
 
         def read() -> dict[str, Any]:
             rows = (
@@ -178,33 +197,37 @@ def create_app(
 
         return JSONResponse(await anyio.to_thread.run_sync(read))
 
-    async def get_session(request: Request) -> Response:
+    async def session_of(request: Request) -> str | Response:
+        """The ledger id the path's ``{id}`` names, else 404 ``{"error"}`` saying why
+        (no such session, or the sessions an ambiguous prefix matches)."""
         await current()
-        sid = await anyio.to_thread.run_sync(
-            lambda: queries.find_session_id(services.models, request.path_params["id"])
-        )
-        found = sid and await anyio.to_thread.run_sync(lambda: queries.get_session(services.models, sid))
+        ref = request.path_params["id"]
+        sid = await anyio.to_thread.run_sync(lambda: queries.find_session_id(services.models, ref))
+        if sid is None:
+            error = await anyio.to_thread.run_sync(queries.unresolved, services.models, ref)
+            return JSONResponse({"error": error}, 404)
+        return sid
+
+    async def get_session(request: Request) -> Response:
+        sid = await session_of(request)
+        if isinstance(sid, Response):
+            return sid
+        found = await anyio.to_thread.run_sync(lambda: queries.get_session(services.models, sid))
         if not found:
-            return JSONResponse({"error": "no such session"}, 404)
+            return JSONResponse({"error": f"no such session: {sid}"}, 404)
         return JSONResponse(found)
 
     async def session_events(request: Request) -> Response:
-        await current()
-        sid = await anyio.to_thread.run_sync(
-            lambda: queries.find_session_id(services.models, request.path_params["id"])
-        )
-        if not sid:
-            return JSONResponse({"error": "no such session"}, 404)
+        sid = await session_of(request)
+        if isinstance(sid, Response):
+            return sid
         events = await anyio.to_thread.run_sync(lambda: _events(services, sid))
         return JSONResponse({"session_id": sid, "events": events})
 
     async def session_summaries(request: Request) -> Response:
-        await current()
-        sid = await anyio.to_thread.run_sync(
-            lambda: queries.find_session_id(services.models, request.path_params["id"])
-        )
-        if not sid:
-            return JSONResponse({"error": "no such session"}, 404)
+        sid = await session_of(request)
+        if isinstance(sid, Response):
+            return sid
         found = await anyio.to_thread.run_sync(lambda: queries.session_summaries(services.models, sid))
         return JSONResponse({"session_id": sid, "summaries": found})
 

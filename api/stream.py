@@ -5,7 +5,10 @@ both are given; default: the current head, i.e. live events only), ``session`` (
 ledger id, an external id or a unique prefix), ``project`` (a cwd: that directory and
 everything under it), ``kinds`` (comma list of ``event.appended``, ``session.updated``,
 ``batch.completed``, ``session.completed``), ``children`` (``1``: with ``session``, also
-the ``session.updated`` of its child sessions). 400 ``{"error"}`` on a bad value.
+the ``session.updated`` of its child sessions). 400 ``{"error"}`` on a bad value, and
+for a ``session`` that is the prefix of more than one session's id (listed, as
+``hookledger show`` lists them); a ``session`` that matches nothing is a session that
+may not exist yet: the stream opens and waits for it (by its full id).
 
 Every message after ``after`` is sent once, in log order: first read from the log,
 then from the broadcaster's live sections (:mod:`api.broadcaster`). The protocol, with
@@ -185,6 +188,10 @@ def routes(services: Services) -> list[Route]:
             session = await anyio.to_thread.run_sync(
                 lambda: queries.find_session_id(services.models, ref)
             )
+            if session is None:
+                error = await anyio.to_thread.run_sync(_unresolvable, services, ref)
+                if error is not None:
+                    return JSONResponse({"error": error}, 400)
         head = await anyio.to_thread.run_sync(services.ledger.max_position)
         # A position past the log (a store that was replaced) restarts at its head.
         start = head if after is None else min(after, head)
@@ -203,6 +210,19 @@ def routes(services: Services) -> list[Route]:
         )
 
     return [Route("/v1/stream", stream)]
+
+
+def _unresolvable(services: Services, ref: str) -> str | None:
+    """Why a ``session`` that resolves to no session can never match, for a 400: it is
+    the prefix of more than one session's ledger or external id, or of a subagent's id
+    only (a stream on it never sent anything). None when nothing starts with ``ref``
+    (or only the subagents of a session whose own id is ``ref``): it may name a session
+    that does not exist yet, matched by its full ledger or external id when it does."""
+    others = [
+        m for m in queries.sessions_matching(services.models, ref)
+        if not (m["external_id"] or "").startswith(ref + "/")
+    ]
+    return queries.unresolved(services.models, ref) if others else None
 
 
 @contextlib.asynccontextmanager

@@ -302,6 +302,12 @@ def test_a_negative_limit_or_offset_of_the_session_list_is_refused(
         r = client.get(f"/v1/sessions?{query}")
         assert r.status_code == 400, (query, r.text)
         assert "limit" in r.json()["error"]
+    # an offset past a 64-bit integer made the driver raise: a 500 (SQLite OverflowError)
+    r = client.get(f"/v1/sessions?offset={2**63}")
+    assert r.status_code == 400 and "offset must be at most" in r.json()["error"]
+    assert client.get(f"/v1/sessions?offset={2**63 - 1}").json()["sessions"] == []
+    # a limit past 1000 is 1000, huge or not (as documented)
+    assert client.get(f"/v1/sessions?limit={10**30}").json()["limit"] == 1000
     assert [s["external_id"] for s in client.get("/v1/sessions?offset=0").json()["sessions"]] == [
         "listed"
     ]
@@ -329,3 +335,43 @@ def test_an_unknown_status_filter_is_a_usage_error_naming_the_states(settings: S
     assert b"unknown status 'COMPLETE'" in out.stderr and b"COMPLETED" in out.stderr
     assert b"ARCHIVED" in out.stderr
     assert cli(settings, "sessions", "--status", "completed", "--json").returncode == 0
+
+
+def test_an_unknown_status_or_agent_of_the_session_list_is_a_400_naming_the_known_ones(
+    services: Services, client: TestClient
+) -> None:
+    # GET /v1/sessions?status=COMPLETE (for COMPLETED) or ?agent=claude answered an
+    # empty 200, as if no session matched; the CLI refused both already
+    _start(services, "listed")
+    for query, named in (("status=COMPLETE", "'COMPLETE'"), ("status=bogus&totals=1", "'bogus'")):
+        r = client.get(f"/v1/sessions?{query}")
+        assert r.status_code == 400, (query, r.text)
+        error = r.json()["error"]
+        assert f"unknown status {named}" in error
+        assert all(s in error for s in ("CREATED", "PROCESSING", "COMPLETED", "ARCHIVED"))
+    r = client.get("/v1/sessions?agent=claude")
+    assert r.status_code == 400 and "unknown agent 'claude'" in r.json()["error"]
+    assert "claude-code" in r.json()["error"] and "codex" in r.json()["error"]
+    listed = lambda q: [s["external_id"] for s in client.get(f"/v1/sessions?{q}").json()["sessions"]]  # noqa: E731
+    # any case, as before; a known agent without sessions lists none (documented)
+    (status,) = {s["status"] for s in client.get("/v1/sessions").json()["sessions"]}
+    assert listed(f"status={status.lower()}") == listed(f"status={status}") == ["listed"]
+    assert listed("agent=claude-code") == ["listed"]
+    r = client.get("/v1/sessions?agent=codex")
+    assert r.status_code == 200 and r.json()["sessions"] == []
+
+
+def test_an_ambiguous_session_prefix_is_a_404_listing_the_sessions_it_matches(
+    services: Services, client: TestClient
+) -> None:
+    # GET /v1/sessions/<prefix of two sessions' ids> answered "no such session", as if
+    # none matched; `hookledger show` lists them
+    ids = [_start(services, name) for name in ("amb-one", "amb-two")]
+    for path in ("", "/events", "/summaries", "/plans"):
+        r = client.get(f"/v1/sessions/amb-{path}")
+        assert r.status_code == 404, (path, r.text)
+        error = r.json()["error"]
+        assert "more than one session matches 'amb-'" in error and all(i in error for i in ids), error
+        r = client.get(f"/v1/sessions/nothing-like-it{path}")
+        assert r.status_code == 404 and r.json()["error"] == "no such session: nothing-like-it"
+    assert client.get("/v1/sessions/amb-one").json()["id"] == ids[0]

@@ -229,6 +229,71 @@ def test_bad_parameters(server: Server) -> None:
     assert httpx.get(server.url + "/v1/stream", params={"children": "yes"}).status_code == 400
 
 
+def test_an_ambiguous_session_prefix_is_a_400_and_an_unknown_session_is_waited_for(
+    settings: Settings,
+) -> None:
+    """A ``session`` prefix of two sessions' ids opened a stream that never sent a
+    message (the filter fell back to the prefix as an id): now a 400 naming both, as
+    ``hookledger show`` does. A prefix of a subagent's id only: a 400 too. A ``session``
+    nothing starts with may be a session not started yet (docs/sse.md): the stream
+    opens and sends that session's events once its first hook arrives."""
+    starts = [
+        p for d in (COORP, ATTIO) for p in json.loads((d / "session_start.json").read_text())
+    ]
+    by_external = {p["session_id"]: p for p in starts}
+    waited_for = "8664c04e-75fa-497d-ac11-57d69997e3ec"  # attio's: posted while a stream waits
+    later = by_external.pop(waited_for)
+    tools, _stop = _subagent_payloads(_subagent_id())
+    srv = Server(settings).start()
+
+    async def main() -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=30) as client:
+            ids = {}
+            for n, p in enumerate(by_external.values()):
+                ids[p["session_id"]] = (await post(client, p, f"amb-{n}"))["sessions"][0]
+            for n, p in enumerate(tools[:2]):
+                await post(client, p, f"amb-sub-{n}")
+            # two ledger ids and two external ids start with "4" (computed, not assumed)
+            prefix = "4"
+            both = sorted(i for e, i in ids.items() if i.startswith(prefix) or e.startswith(prefix))
+            answers = {}
+            sub = (await client.get("/v1/sessions", params={"limit": 1000})).json()["sessions"]
+            child = next(s for s in sub if s["parent_id"])
+            for name, ref in (("prefix", prefix), ("subagent", child["external_id"][:-3])):
+                params = {"session": ref, "after": "0"}
+                async with client.stream("GET", "/v1/stream", params=params) as r:  # a 200 never ends
+                    answers[name] = (r.status_code, "" if r.status_code == 200 else (await r.aread()).decode())
+            waiting = Reader(srv.url, {"session": waited_for, "kinds": "event.appended"}, after="0")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiting.run)
+                await waiting.until(lambda r: r.connects > 0)
+                positions = (await post(client, later, "amb-later"))["positions"]
+                await waiting.until(lambda r: len(r.ids()) >= len(positions))
+                tg.cancel_scope.cancel()
+        return {"both": both, "answers": answers, "waited": waiting.ids(), "positions": positions,
+                "child": child}
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        srv.stop()
+    status, error = out["answers"]["prefix"]
+    assert len(out["both"]) >= 2
+    assert status == 400 and "more than one session matches '4'" in error
+    assert all(i in error for i in out["both"])
+    status, error = out["answers"]["subagent"]
+    assert status == 400 and "only a subagent's id starts with" in error and out["child"]["id"] in error
+    assert out["waited"] == out["positions"]
+
+
+def _subagent_id() -> str:
+    """The agent_id of the first subagent run of session 4f65f198's hooks."""
+    return next(
+        p["agent_id"] for p in json.loads((COORP / SESSION / "pre_tool_use.json").read_text())
+        if p.get("agent_id")
+    )
+
+
 @pytest.mark.parametrize("kinds", [",", " ", ", ,"])
 def test_kinds_naming_no_kind_is_a_400_not_a_silent_stream(server: Server, kinds: str) -> None:
     # it opened a stream that never sent a message: the filter took no kind at all

@@ -759,3 +759,129 @@ def test_a_live_update_of_one_batch_leaves_the_other_batches_nodes_alone(
     assert len(detail["batches"]) > 150 and detail["batches"][-1]["status"] != "completed"
     assert fresh == {"batches": [str(last)], "rows": ["toolu_viewer_live_1"], "kept": True}
     assert json.loads(shown) == {"command": markup} and xss == 0 and not pwned
+
+
+@pytest.mark.parametrize("settings", ["sqlite"], indirect=True)  # the page's fetching: no store path
+def test_a_burst_of_updates_on_a_large_session_fetches_its_detail_one_at_a_time(
+    settings: Settings, request: pytest.FixtureRequest, chromium: Any
+) -> None:
+    # A session of about 3,000 tool calls: the real hooks of session 4f65f198 (its
+    # prompts, tool calls and Stops) again and again, each round's tool_use_ids and
+    # prompts numbered; its detail is about 18 MB. With its page open, 200 more real
+    # tool hooks arrive one by one. The page fetched GET /v1/sessions/{id} 150 ms after
+    # an update whether or not its last fetch had answered: 11 fetches (205 MB) in one
+    # such burst, several in flight at once. Now one at a time, the next after the
+    # answer; and the page still ends with every row the server has, none twice.
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    from api.hot_path.hook_fast import JOURNAL_CONTENT_TYPE, record_bytes, uuid7
+
+    payloads, _ = _ordered_payloads()
+    tools = [p for p in payloads if p["hook_event_name"] in ("PreToolUse", "PostToolUse")]
+    calls = len({p["tool_use_id"] for p in tools})
+
+    def numbered(p: dict[str, Any], tag: str) -> dict[str, Any]:
+        q = dict(p)
+        if "tool_use_id" in q:
+            q["tool_use_id"] = f"{q['tool_use_id']}_{tag}"
+        if q["hook_event_name"] == "UserPromptSubmit" and not q["prompt"].startswith(("/", "<")):
+            q["prompt"] = f"{q['prompt']} ({tag})"
+        return q
+
+    rounds = [
+        numbered(p, f"r{r}") for r in range(1, 3000 // calls + 1) for p in payloads
+        if p["hook_event_name"] not in ("SessionStart", "SessionEnd")
+    ]
+    burst = [numbered(p, f"burst{n // len(tools)}") for n, p in enumerate(tools * (200 // len(tools) + 1))][:200]
+    srv = Server(settings, env={"HOOKLEDGER_SUMMARIES_INTERVAL_S": "0"}).start()
+    try:
+        now = datetime.now(UTC) - timedelta(hours=1)  # before the burst's own capture times
+        hooks = payloads + rounds
+        for start in range(0, len(hooks), 500):
+            journal = b"".join(
+                record_bytes("claude-code", json.dumps(h).encode(), uuid7(),
+                             (now + timedelta(milliseconds=start + n)).isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+                for n, h in enumerate(hooks[start:start + 500])
+            )
+            r = httpx.post(srv.url + "/v1/journal", content=journal, timeout=300,
+                           headers={"Content-Type": JOURNAL_CONTENT_TYPE})
+            assert r.status_code == 202, r.text
+        sid = httpx.get(srv.url + "/v1/sessions?limit=1").json()["sessions"][0]["id"]
+        before = httpx.get(f"{srv.url}/v1/sessions/{sid}", timeout=60).json()
+        with _page(chromium) as page:
+            page.set_default_timeout(300_000)
+            detail_url = f"{srv.url}/v1/sessions/{sid}"
+            fetches: list[str] = []  # "start" / "end" of each detail request, in order
+            page.on("request", lambda r: fetches.append("start") if r.url == detail_url else None)
+            page.on("requestfinished", lambda r: fetches.append("end") if r.url == detail_url else None)
+            page.on("requestfailed", lambda r: fetches.append("end") if r.url == detail_url else None)
+            page.goto(f"{srv.url}/#/session/{sid}")
+            page.wait_for_function("n => document.querySelectorAll('#batches tr[data-tool-use-id]').length >= n",
+                                   arg=len(before["tool_calls"]))
+            loaded = len(fetches)
+            with httpx.Client(base_url=srv.url, timeout=60) as client:
+                for n, hook in enumerate(burst):
+                    r = client.post("/v1/hooks/claude-code", json=hook, headers={"X-Hookledger-Capture-Key": f"burst-{n}"})
+                    assert r.status_code == 202, r.text
+                    time.sleep(0.03)  # hooks of a busy agent, not one request
+            after = httpx.get(detail_url, timeout=60).json()
+            page.wait_for_function(
+                "n => document.querySelectorAll('#batches tr[data-tool-use-id]').length === n", arg=len(after["tool_calls"]))
+            page.wait_for_function("() => window.hookledger.positions.length >= 1")
+            shown = page.evaluate("() => [...document.querySelectorAll('#batches tr[data-tool-use-id]')].map((r) => r.dataset.toolUseId)")
+            duplicates = page.evaluate("window.hookledger.duplicates")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
+    finally:
+        srv.stop()
+    assert len(before["tool_calls"]) >= 3000
+    in_flight = most = 0
+    for f in fetches:
+        in_flight += 1 if f == "start" else -1
+        most = max(most, in_flight)
+    assert most == 1, fetches
+    assert fetches[loaded:].count("start") >= 1  # the burst was fetched, once at least
+    assert sorted(shown) == sorted(str(c["tool_use_id"]) for c in after["tool_calls"])
+    assert len(shown) == len(set(shown)) == len(before["tool_calls"]) + len({h["tool_use_id"] for h in burst})
+    assert duplicates == 0
+
+
+@pytest.mark.parametrize("settings", ["sqlite"], indirect=True)  # layout and escaping: no store path
+def test_long_lines_and_markup_stay_text_inside_the_page_width(
+    settings: Settings, request: pytest.FixtureRequest, chromium: Any
+) -> None:
+    # A real prompt payload whose prompt closes a script and holds a 300,000-character
+    # line, and whose cwd is 2,000 characters without a break; a tool call whose name and
+    # input are markup. The session page was 17,929 px wide: the cwd in its facts (a
+    # grid column sized to its content) did not wrap. Everything shows as text, wrapped.
+    payloads, _ = _ordered_payloads()
+    prompt = next(p for p in payloads if p["hook_event_name"] == "UserPromptSubmit")
+    pre = next(p for p in payloads if p["hook_event_name"] == "PreToolUse")
+    script = '</script><script>window.pwned=1</script><img id="xss" src="x" onerror="window.pwned=2">'
+    text = script + " " + "x" * 300_000
+    cwd = "/work/" + "d" * 2000
+    hooks = [{**prompt, "prompt": text, "cwd": cwd},
+             {**pre, "cwd": cwd, "tool_name": "<b>Bash</b>", "tool_input": {"command": script + "y" * 50_000}}]
+    srv = Server(settings, env={"HOOKLEDGER_SUMMARIES_INTERVAL_S": "0"}).start()
+    try:
+        sid, _ = (post(srv.url, h, f"long-{n}")["sessions"][0] for n, h in enumerate(hooks))
+        with _page(chromium, height=900) as page:
+            page.goto(f"{srv.url}/#/session/{sid}")
+            page.wait_for_selector(f'#batches tr[data-tool-use-id="{pre["tool_use_id"]}"]')
+            shown = page.inner_text("#batches .prompt")
+            tool = page.inner_text(f'#batches tr[data-tool-use-id="{pre["tool_use_id"]}"] td')
+            widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+            page.goto(f"{srv.url}/#/")
+            page.wait_for_selector(f'tr.session-row[data-id="{sid}"]')
+            list_widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+            xss = page.locator("#xss, #view b, #view script").count()
+            pwned = page.evaluate("window.pwned === undefined ? null : window.pwned")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
+    finally:
+        srv.stop()
+    assert shown == text and tool == "<b>Bash</b>"
+    assert widths[0] <= widths[1], widths
+    assert list_widths[0] <= list_widths[1], list_widths
+    assert xss == 0 and pwned is None

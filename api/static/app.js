@@ -8,6 +8,7 @@
 const PAGE = 50;
 const MAX_EVENTS_SHOWN = 500;
 const MAX_JSON_CHARS = 20000;
+const REFRESH_MS = 150; // shortest wait before a session page fetches its detail again
 const TOKEN_KEY = "hookledger_token";
 
 // Read by the browser test: positions of the event.appended messages received in the
@@ -795,23 +796,34 @@ function sessionView(id) {
     ledgerId = sid;
     if (sid !== id) restream({ session: sid });
   }
-  // answers are applied in the order asked: one that arrives after a newer one is dropped
-  let pending = null, asked = 0, applied = 0;
+  // The detail is fetched again when the session changed, coalesced: one fetch at a
+  // time; what changes while it is in flight makes one more fetch after it, started
+  // after twice what the last fetch and render took (at least REFRESH_MS). A burst of
+  // updates costs one fetch per that interval, not one per update; the fetches of a
+  // large session (megabytes each) take at most a third of the time. The last fetch
+  // starts after the last change received, so the page ends up current.
+  let inFlight = false, dirty = false, timer = null, lastCost = 0;
   function refresh() {
-    if (pending) return;
-    pending = setTimeout(async () => {
-      pending = null;
-      const n = ++asked;
-      try {
-        const d = await api("/v1/sessions/" + encodeURIComponent(ledgerId || id));
-        if (n < applied) return;
-        applied = n;
-        if (d) render(d);
-        else note.textContent = "No such session yet; waiting for its events…";
-      } catch (e) {
-        if (!(e instanceof Unauthorized)) note.textContent = String(e);
-      }
-    }, 150);
+    dirty = true;
+    if (inFlight || timer) return;
+    timer = setTimeout(fetchDetail, Math.max(REFRESH_MS, 2 * lastCost));
+  }
+  async function fetchDetail() {
+    timer = null;
+    dirty = false;
+    inFlight = true;
+    const started = performance.now();
+    try {
+      const d = await api("/v1/sessions/" + encodeURIComponent(ledgerId || id));
+      if (d) render(d);
+      else note.textContent = "No such session yet; waiting for its events…";
+    } catch (e) {
+      if (!(e instanceof Unauthorized)) note.textContent = String(e);
+    } finally {
+      inFlight = false;
+      lastCost = performance.now() - started;
+      if (dirty) refresh();
+    }
   }
 
   function appended(d, position) {
