@@ -885,3 +885,35 @@ def test_long_lines_and_markup_stay_text_inside_the_page_width(
     assert widths[0] <= widths[1], widths
     assert list_widths[0] <= list_widths[1], list_widths
     assert xss == 0 and pwned is None
+
+
+def test_a_status_filter_in_any_case_takes_live_sessions(chromium: Any, settings: Settings) -> None:
+    # The server matches ?status= in any case, so #/?status=processing lists those
+    # sessions; the page's live filter must take the same spelling, or a session that
+    # arrives while the page is open never shows there.
+    def prompt(sid: str) -> dict[str, Any]:
+        return {"session_id": sid, "cwd": "/tmp/live", "hook_event_name": "beforeSubmitPrompt",
+                "prompt": "count me", "conversation_id": sid, "generation_id": "g1",
+                "workspace_roots": ["/tmp/live"]}
+
+    srv = Server(settings).start()
+    try:
+        r = httpx.post(srv.url + "/v1/hooks/cursor", json=prompt("case-live-1"), timeout=30)
+        assert r.status_code == 202, r.text
+        first = httpx.get(f"{srv.url}/v1/sessions?limit=10").json()["sessions"]
+        assert len(first) == 1
+        status = first[0]["status"]
+        with _page(chromium) as page:
+            page.goto(f"{srv.url}/#/?status={status.lower()}")
+            page.wait_for_selector("#conn[data-state=live]")
+            page.wait_for_selector(f"tr.session-row[data-id='{first[0]['id']}']")
+            r = httpx.post(srv.url + "/v1/hooks/cursor", json=prompt("case-live-2"), timeout=30)
+            assert r.status_code == 202, r.text
+            second = [s for s in httpx.get(f"{srv.url}/v1/sessions?limit=10").json()["sessions"]
+                      if s["external_id"] == "case-live-2"]
+            assert second and second[0]["status"] == status
+            page.wait_for_selector(f"tr.session-row[data-id='{second[0]['id']}']", timeout=10_000)
+            shown = page.eval_on_selector_all("tr.session-row", "rs => rs.map(r => r.dataset.id)")
+    finally:
+        srv.stop()
+    assert sorted(shown) == sorted([first[0]["id"], second[0]["id"]])

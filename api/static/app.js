@@ -304,7 +304,7 @@ const STATUSES = ["CREATED", "CONNECTING", "ACTIVE", "WAITING", "PROCESSING", "P
 
 function listView(params) {
   const offset = Math.max(0, Number(params.get("offset") || 0));
-  const status = params.get("status") || "";
+  const status = (params.get("status") || "").toUpperCase(); // the server matches any case
   const agent = params.get("agent") || "";
   const rows = new Map(); // session id -> <tr>
   const shown = new Map(); // session id -> the row shown in its <tr>
