@@ -9,6 +9,7 @@ truncated file. Counts to compare with come from the store (sqlite3 / psycopg) a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sqlite3
@@ -23,6 +24,7 @@ import pytest
 
 from api.bootstrap import Services
 from ledger.config import Settings
+from ledger.exports.writer import parquet_schema
 from ledger.importer import discover, import_paths
 
 from conftest import FIXTURES, PG_URL, cli
@@ -132,6 +134,94 @@ def test_against_store_fails_when_the_store_differs(
     code, _, err = verify(other, tmp_path / "out", "--against-store")
     assert code == 1
     assert "row 1: position 1 stream " in err.splitlines()[0]
+
+
+
+def write_file(path: Path, rows: list[dict], fmt: str) -> None:  # type: ignore[type-arg]
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n"
+                                for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), path)
+
+
+def split_in_two(out: Path, at: int) -> None:
+    """Rewrite the export's one data file as two, rows ``[:at]`` and ``[at:]``, listed in
+    order in the manifest (``files[]`` may hold several), each with its own counts,
+    positions, size and sha256."""
+    fmt = fmt_of(out)
+    rows = read_rows(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    data_file(out).unlink()
+    entries = []
+    for name, part in ((f"events-1.{fmt}", rows[:at]), (f"events-2.{fmt}", rows[at:])):
+        path = out / name
+        write_file(path, part, fmt)
+        entries.append({
+            "path": name, "records": len(part), "first_position": part[0]["position"],
+            "last_position": part[-1]["position"], "bytes": path.stat().st_size,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        })
+    manifest["files"] = entries
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_against_store_reads_every_data_file(tmp_path: Path, fmt: str) -> None:
+    """An export in two data files matches the store (it failed: only ``files[0]`` was
+    compared, so the store seemed to hold events the export did not), and an event
+    altered in the second file is named there."""
+    settings = Settings(tmp_path / "data")
+    cli(settings, "import", str(SPOTTER / "short.jsonl"), str(SPOTTER / "tool_heavy.jsonl"))
+    out = tmp_path / "out"
+    export(settings, fmt, out)
+    rows = read_rows(out)
+    at = len(rows) // 2
+    split_in_two(out, at)
+    assert verify(settings, out)[0] == 0
+    code, stdout, err = verify(settings, out, "--against-store")
+    assert code == 0, err
+    assert "matches the store exactly" in stdout
+
+    i = at + (len(rows) - at) // 2  # in the second file: row i - at + 1 there
+    altered = tmp_path / "altered"
+    shutil.copytree(out, altered)
+    (altered / "manifest.json").write_text(json.dumps(rechained(
+        json.loads((out / "manifest.json").read_text()), rows, i, altered, at)))
+    assert verify(settings, altered)[0] == 0  # consistent forgery: only the store tells
+    code, _, err = verify(settings, altered, "--against-store")
+    assert code == 1
+    assert err.startswith(
+        f"FAIL events-2.{fmt} row {i - at + 1}: position {rows[i]['position']} "
+        f"stream {rows[i]['stream_id']} v{rows[i]['version']}: row differs"
+    ), err
+
+
+def rechained(manifest: dict, rows: list[dict], i: int, out: Path, at: int) -> dict:  # type: ignore[type-arg]
+    """Alter row ``i``'s agent and redo every digest, link, head and file entry after it,
+    as a forger would; write the two data files of ``out`` (split at ``at``); return the
+    manifest to write."""
+    from ledger.exports.records import chain, link
+
+    rows = [dict(r) for r in rows]
+    event = json.loads(rows[i]["canonical"])
+    event["agent"] = "forged"
+    rows[i]["canonical"] = json.dumps(event, sort_keys=True, separators=(",", ":"),
+                                      ensure_ascii=False)
+    digests: dict[str, str] = {}
+    previous = ""
+    for r in rows:
+        r["digest"] = chain(digests.get(r["stream_id"], ""), r["canonical"].encode())
+        digests[r["stream_id"]] = r["digest"]
+        previous = r["link"] = link(previous, r["position"], r["topic"], r["digest"])
+        manifest["streams"][r["stream_id"]]["head_digest"] = r["digest"]
+    manifest["link_head"] = previous
+    for entry, part in zip(manifest["files"], (rows[:at], rows[at:]), strict=True):
+        path = out / entry["path"]
+        write_file(path, part, fmt_of(out))
+        entry.update(bytes=path.stat().st_size,
+                     sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    return manifest
 
 
 # -- tampering with an export (standalone; made once from a SQLite store) ---------------

@@ -354,28 +354,29 @@ def compare_with_store(
     path: Path, recorder: ApplicationRecorder, mapper: Mapper[UUID]
 ) -> list[Problem]:
     """Problems where the export at ``path`` differs from what the store holds for the
-    same filters up to the export's ``store_head_position`` (record by record, then heads
-    and counts). Empty when they match exactly. Raises ValueError for a bad manifest."""
+    same filters up to the export's ``store_head_position`` (record by record over its
+    data files in manifest order, then heads and counts). Empty when they match exactly.
+    Raises ValueError for a bad manifest."""
     manifest = read_manifest(path)
-    entry = manifest["files"][0]
-    name = entry["path"]
     heads: dict[str, StreamHead] = {}
     stop = int(manifest["store_head_position"])
     store = select(recorder, mapper, Filters.from_dict(manifest["filters"]), heads, stop)
     problems: list[Problem] = []
-    for row, rec, error in _rows(path / name, manifest["data_format"]):
-        want = next(store, None)
-        expected = as_row(want) if want else None
-        if error is None and rec == expected:
-            continue
-        where = expected or rec or {}
-        problems.append(Problem(
-            name, row,
-            "the store has no more events here" if expected is None
-            else "row differs from the store's event at this place",
-            where.get("position"), where.get("stream_id"), where.get("version"),
-        ))
-        return problems
+    for entry in manifest["files"]:  # in order: together they hold the log's rows
+        name = entry["path"]
+        for row, rec, error in _rows(path / name, manifest["data_format"]):
+            want = next(store, None)
+            expected = as_row(want) if want else None
+            if error is None and rec == expected:
+                continue
+            where = expected or rec or {}
+            problems.append(Problem(
+                name, row,
+                "the store has no more events here" if expected is None
+                else "row differs from the store's event at this place",
+                where.get("position"), where.get("stream_id"), where.get("version"),
+            ))
+            return problems
     rest = next(store, None)
     if rest is not None:
         problems.append(Problem(name, None, "the store holds this event, the export does not",
