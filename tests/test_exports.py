@@ -559,3 +559,80 @@ def test_export_anchors_apply_only_to_the_store_they_came_from(
     cli(settings, "sessions", "--json")
     assert cli(settings, "verify", check=False).returncode == 0, "the other store's anchors"
     assert cli(sqlite, "verify", check=False).returncode == 0
+
+
+def other_url(url: str) -> str:
+    """The same PostgreSQL server under the loopback host's other name:
+    ``127.0.0.1`` <-> ``localhost``."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    host = "localhost" if u.host in ("127.0.0.1", None) else "127.0.0.1" if u.host == "localhost" else u.host
+    return u.set(host=host).render_as_string(hide_password=False)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("settings", ["postgres"], indirect=True)
+def test_export_anchors_belong_to_the_store_not_to_the_url_it_was_reached_by(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """An export taken through ``localhost`` anchors a verify through ``127.0.0.1`` (it
+    did not: the anchor file was matched by the URL's text and left out as another
+    store's, so a tail cut after the export, with the read models rebuilt, passed)."""
+    from dataclasses import replace
+
+    via_other = replace(settings, database_url=other_url(settings.database_url or ""))
+    cli(via_other, "import", str(SPOTTER / "short.jsonl"))
+    export(via_other, "jsonl", tmp_path / "out")
+    position, stream, version = store_rows(settings)[-1]
+    schema = settings.database_schema
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DELETE FROM "{schema}".hookledger_events WHERE notification_id = %s',
+                     (position,))
+        # the read models rebuilt from the cut log: no event_index row, no tracking
+        # position remembers the lost event; only the export's anchor does
+        tables = [t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename NOT IN "
+            "('hookledger_events', 'hookledger_store')", (schema,))]
+        conn.execute(", ".join(f'"{schema}"."{t}"' for t in tables).join(
+            ("DROP TABLE ", " CASCADE")))
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1, r.stdout
+    assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
+    # a file written before anchors kept the store's id names it by URL only
+    (anchor,) = (settings.data_dir / "anchors").glob("export-*.json")
+    old = json.loads(anchor.read_text())
+    del old["store_id"]
+    assert "localhost" in old["store"] or "localhost" in settings.database_url  # type: ignore[operator]
+    anchor.write_text(json.dumps(old))
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1, r.stdout
+    assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
+
+
+def test_export_anchor_files_name_the_store_by_its_own_id(tmp_path: Path) -> None:
+    """The id lives in the store; removing it does not free the store from the anchors
+    recorded for its place (the URL form still names it), and a store elsewhere (another
+    data directory's store, sharing this one's anchor files) is told they are not its."""
+    settings = Settings(tmp_path / "data")
+    cli(settings, "import", str(SPOTTER / "short.jsonl"))
+    export(settings, "jsonl", tmp_path / "out")
+    (anchor,) = (settings.data_dir / "anchors").glob("export-*.json")
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        (store_id,) = db.execute("SELECT id FROM hookledger_store").fetchone()
+    assert json.loads(anchor.read_text())["store_id"] == store_id
+    position, stream, version = store_rows(settings)[-1]
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        db.execute("DELETE FROM stored_events WHERE rowid = ?", (position,))
+        db.execute("DROP TABLE hookledger_store")
+    (settings.data_dir / "views.db").unlink()
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1
+    assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
+    # the anchor file names a store that is not the one verified (another id, another URL)
+    data = json.loads(anchor.read_text())
+    data["store"] = "sqlite:/elsewhere/events.db"
+    anchor.write_text(json.dumps(data))
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 0, r.stderr
+    assert f"note: 1 export anchor file of other stores ({store_id}) not checked" in r.stderr.decode()
