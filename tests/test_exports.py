@@ -14,7 +14,7 @@ import json
 import shutil
 import sqlite3
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -388,6 +388,94 @@ def test_a_garbled_manifest_is_a_failure_not_a_traceback(
         assert err.startswith("FAIL manifest.json: "), err
 
 
+@pytest.mark.parametrize("edit", [
+    pytest.param(lambda m: m.update(first_position=m["first_position"] + 1), id="first-position"),
+    pytest.param(lambda m: m.update(last_position=m["last_position"] - 1), id="last-position"),
+    pytest.param(lambda m: m.update(store_head_position=m["last_position"] - 1),
+                 id="store-head-before-the-last-row"),
+    pytest.param(lambda m: m.update(store_head_position=m["last_position"] + 100),
+                 id="store-head-past-a-whole-export"),
+    pytest.param(lambda m: m.update(digest_rule="digest = sha256(canonical)"), id="digest-rule"),
+    pytest.param(lambda m: m.update(link_rule="none"), id="link-rule"),
+    pytest.param(lambda m: m.update(created_at="yesterday"), id="created-at"),
+])
+def test_manifest_fields_the_rows_determine_are_checked(copy: Path, edit: object) -> None:
+    """Each of these top-level fields could be changed without ``verify PATH`` noticing."""
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)  # type: ignore[operator]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert first_failure(copy).startswith("FAIL manifest.json: ")
+
+
+def forge(out: Path, rows: list[dict], manifest: dict) -> None:  # type: ignore[type-arg]
+    """Write ``rows`` as the export's data, with every digest chained from the manifest's
+    ``prev_digest``, every link, head, count and file entry redone (a consistent forger)."""
+    from ledger.exports.records import chain, link
+
+    digests: dict[str, str] = {}
+    previous = ""
+    streams: dict[str, dict] = {}  # type: ignore[type-arg]
+    for r in rows:
+        d = manifest["streams"][r["stream_id"]]
+        r["digest"] = chain(digests.get(r["stream_id"], d["prev_digest"]), r["canonical"].encode())
+        digests[r["stream_id"]] = r["digest"]
+        previous = r["link"] = link(previous, r["position"], r["topic"], r["digest"])
+        h = streams.setdefault(r["stream_id"], {**d, "count": 0})
+        h.update(count=h["count"] + 1, head_version=r["version"], head_digest=r["digest"],
+                 head_position=r["position"])
+    path = data_file(out)
+    write_file(path, rows, fmt_of(out))
+    manifest.update(streams=streams, stream_count=len(streams), total=len(rows),
+                    link_head=previous, first_position=rows[0]["position"],
+                    last_position=rows[-1]["position"])
+    manifest["files"][0].update(
+        records=len(rows), first_position=rows[0]["position"],
+        last_position=rows[-1]["position"], bytes=path.stat().st_size,
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_session_export_is_checked_against_its_filters(tmp_path: Path, fmt: str) -> None:
+    """Without the store: a session the filters name cannot be dropped, nor a stream
+    that they do not name added, nor a stream's v1 be chained from a made-up digest
+    (each passed ``verify PATH`` when the rest was redone consistently)."""
+    settings = Settings(tmp_path / "data")
+    cli(settings, "import", str(SPOTTER / "short.jsonl"), str(SPOTTER / "tool_heavy.jsonl"))
+    streams = sorted({s for _, s, _ in store_rows(settings)})
+    assert len(streams) == 2
+    out = tmp_path / "out"
+    export(settings, fmt, out, "--session", streams[0], "--session", streams[1])
+    assert verify(settings, out)[0] == 0
+    rows = read_rows(out)
+
+    dropped = tmp_path / "dropped"
+    shutil.copytree(out, dropped)
+    manifest = json.loads((out / "manifest.json").read_text())
+    forge(dropped, [r for r in rows if r["stream_id"] != streams[1]], manifest)
+    line = first_failure(dropped)
+    assert line.startswith(f"FAIL manifest.json: stream {streams[1]}: a session the "), line
+
+    added = tmp_path / "added"
+    shutil.copytree(out, added)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["filters"]["sessions"] = [streams[0]]  # the other stream is now one too many
+    forge(added, [dict(r) for r in rows], manifest)
+    first = next(i for i, r in enumerate(rows) if r["stream_id"] == streams[1])
+    line = first_failure(added)
+    assert names(line, added, first + 1, rows[first]), line
+    assert "not one of the sessions" in line
+
+    made_up = tmp_path / "made-up"
+    shutil.copytree(out, made_up)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["streams"][streams[0]]["prev_digest"] = "0" * 64
+    forge(made_up, [dict(r) for r in rows], manifest)
+    line = first_failure(made_up)
+    assert line.startswith("FAIL manifest.json: ") and f"stream {streams[0]} v" in line, line
+    assert "first_version 1 with prev_digest '000000000000'" in line, line
+
+
 def test_jsonl_changed_byte_and_truncation(exports: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "jsonl"
     shutil.copytree(exports["jsonl"], out)
@@ -489,6 +577,14 @@ def test_since_export_of_a_stream_cut_in_the_middle_verifies(
     assert h["prev_digest"] == event_digest(settings, stream, h["first_version"] - 1)
     assert verify(settings, tmp_path / "out")[0] == 0
     assert verify(settings, tmp_path / "out", "--against-store")[0] == 0
+    # a manifest whose since is later than the first exported event's recorded time
+    # contradicts its rows (it passed verify PATH)
+    first = read_rows(tmp_path / "out")[0]
+    recorded = datetime.fromisoformat(json.loads(first["canonical"])["timestamp"])
+    manifest["filters"]["since"] = (recorded + timedelta(microseconds=1)).isoformat()
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(manifest))
+    line = first_failure(tmp_path / "out")
+    assert names(line, tmp_path / "out", 1, first) and "before the manifest's since" in line, line
 
 
 def event_digest(settings: Settings, stream: str, version: int) -> str:
