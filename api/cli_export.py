@@ -48,6 +48,7 @@ def export_cmd(
         return
     from ledger.exports.anchors import save_anchors
     from ledger.exports.writer import export
+    from ledger.store_id import store_id
 
     try:
         manifest = export(services.ledger.recorder, services.ledger.mapper, output, fmt,
@@ -55,7 +56,7 @@ def export_cmd(
     except (ValueError, ExportError) as e:
         raise click.ClickException(str(e)) from e
     save_anchors(services.settings.data_dir, manifest, output.resolve(),
-                 services.settings.store_identity())
+                 store_id(services.ledger.recorder), services.settings.store_identity())
     if as_json:
         _dump(manifest)
         return
@@ -126,15 +127,28 @@ def verify_export_cmd(ctx: click.Context, path: Path, against_store: bool) -> No
 
 
 def store_anchors(services: Any) -> Iterator[Any]:
-    """``event_index`` anchors merged with the export anchors of the data directory, in
-    position order, without duplicates. Raises click.ClickException for a bad anchor file."""
+    """``event_index`` anchors merged with the export anchors of the data directory that
+    are this store's (by its id, :mod:`ledger.store_id`), in position order, without
+    duplicates; notes on stderr how many anchor files belong to other stores. Raises
+    click.ClickException for a bad anchor file."""
     from ledger.exports.anchors import load_anchors
+    from ledger.store_id import read_store_id
 
     try:
-        exported = load_anchors(services.settings.data_dir, services.settings.store_identity())
+        loaded = load_anchors(services.settings.data_dir,
+                              read_store_id(services.ledger.recorder),
+                              services.settings.store_identity())
     except ValueError as e:
         raise click.ClickException(str(e)) from e
-    return _unique(heapq.merge(services.anchors(), exported, key=lambda a: a.position))
+    if loaded.other_stores:
+        files = sum(loaded.other_stores.values())
+        click.echo(
+            f"note: {files} export anchor file{'s' if files > 1 else ''} of other stores "
+            f"({', '.join(loaded.other_stores)}) not checked: they name another store id "
+            "than this store's",
+            err=True,
+        )
+    return _unique(heapq.merge(services.anchors(), loaded.anchors, key=lambda a: a.position))
 
 
 def _unique(anchors: Iterable[Any]) -> Iterator[Any]:

@@ -9,11 +9,12 @@ truncated file. Counts to compare with come from the store (sqlite3 / psycopg) a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sqlite3
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -23,6 +24,7 @@ import pytest
 
 from api.bootstrap import Services
 from ledger.config import Settings
+from ledger.exports.writer import parquet_schema
 from ledger.importer import discover, import_paths
 
 from conftest import FIXTURES, PG_URL, cli
@@ -132,6 +134,94 @@ def test_against_store_fails_when_the_store_differs(
     code, _, err = verify(other, tmp_path / "out", "--against-store")
     assert code == 1
     assert "row 1: position 1 stream " in err.splitlines()[0]
+
+
+
+def write_file(path: Path, rows: list[dict], fmt: str) -> None:  # type: ignore[type-arg]
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n"
+                                for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), path)
+
+
+def split_in_two(out: Path, at: int) -> None:
+    """Rewrite the export's one data file as two, rows ``[:at]`` and ``[at:]``, listed in
+    order in the manifest (``files[]`` may hold several), each with its own counts,
+    positions, size and sha256."""
+    fmt = fmt_of(out)
+    rows = read_rows(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    data_file(out).unlink()
+    entries = []
+    for name, part in ((f"events-1.{fmt}", rows[:at]), (f"events-2.{fmt}", rows[at:])):
+        path = out / name
+        write_file(path, part, fmt)
+        entries.append({
+            "path": name, "records": len(part), "first_position": part[0]["position"],
+            "last_position": part[-1]["position"], "bytes": path.stat().st_size,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        })
+    manifest["files"] = entries
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_against_store_reads_every_data_file(tmp_path: Path, fmt: str) -> None:
+    """An export in two data files matches the store (it failed: only ``files[0]`` was
+    compared, so the store seemed to hold events the export did not), and an event
+    altered in the second file is named there."""
+    settings = Settings(tmp_path / "data")
+    cli(settings, "import", str(SPOTTER / "short.jsonl"), str(SPOTTER / "tool_heavy.jsonl"))
+    out = tmp_path / "out"
+    export(settings, fmt, out)
+    rows = read_rows(out)
+    at = len(rows) // 2
+    split_in_two(out, at)
+    assert verify(settings, out)[0] == 0
+    code, stdout, err = verify(settings, out, "--against-store")
+    assert code == 0, err
+    assert "matches the store exactly" in stdout
+
+    i = at + (len(rows) - at) // 2  # in the second file: row i - at + 1 there
+    altered = tmp_path / "altered"
+    shutil.copytree(out, altered)
+    (altered / "manifest.json").write_text(json.dumps(rechained(
+        json.loads((out / "manifest.json").read_text()), rows, i, altered, at)))
+    assert verify(settings, altered)[0] == 0  # consistent forgery: only the store tells
+    code, _, err = verify(settings, altered, "--against-store")
+    assert code == 1
+    assert err.startswith(
+        f"FAIL events-2.{fmt} row {i - at + 1}: position {rows[i]['position']} "
+        f"stream {rows[i]['stream_id']} v{rows[i]['version']}: row differs"
+    ), err
+
+
+def rechained(manifest: dict, rows: list[dict], i: int, out: Path, at: int) -> dict:  # type: ignore[type-arg]
+    """Alter row ``i``'s agent and redo every digest, link, head and file entry after it,
+    as a forger would; write the two data files of ``out`` (split at ``at``); return the
+    manifest to write."""
+    from ledger.exports.records import chain, link
+
+    rows = [dict(r) for r in rows]
+    event = json.loads(rows[i]["canonical"])
+    event["agent"] = "forged"
+    rows[i]["canonical"] = json.dumps(event, sort_keys=True, separators=(",", ":"),
+                                      ensure_ascii=False)
+    digests: dict[str, str] = {}
+    previous = ""
+    for r in rows:
+        r["digest"] = chain(digests.get(r["stream_id"], ""), r["canonical"].encode())
+        digests[r["stream_id"]] = r["digest"]
+        previous = r["link"] = link(previous, r["position"], r["topic"], r["digest"])
+        manifest["streams"][r["stream_id"]]["head_digest"] = r["digest"]
+    manifest["link_head"] = previous
+    for entry, part in zip(manifest["files"], (rows[:at], rows[at:]), strict=True):
+        path = out / entry["path"]
+        write_file(path, part, fmt_of(out))
+        entry.update(bytes=path.stat().st_size,
+                     sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    return manifest
 
 
 # -- tampering with an export (standalone; made once from a SQLite store) ---------------
@@ -298,6 +388,94 @@ def test_a_garbled_manifest_is_a_failure_not_a_traceback(
         assert err.startswith("FAIL manifest.json: "), err
 
 
+@pytest.mark.parametrize("edit", [
+    pytest.param(lambda m: m.update(first_position=m["first_position"] + 1), id="first-position"),
+    pytest.param(lambda m: m.update(last_position=m["last_position"] - 1), id="last-position"),
+    pytest.param(lambda m: m.update(store_head_position=m["last_position"] - 1),
+                 id="store-head-before-the-last-row"),
+    pytest.param(lambda m: m.update(store_head_position=m["last_position"] + 100),
+                 id="store-head-past-a-whole-export"),
+    pytest.param(lambda m: m.update(digest_rule="digest = sha256(canonical)"), id="digest-rule"),
+    pytest.param(lambda m: m.update(link_rule="none"), id="link-rule"),
+    pytest.param(lambda m: m.update(created_at="yesterday"), id="created-at"),
+])
+def test_manifest_fields_the_rows_determine_are_checked(copy: Path, edit: object) -> None:
+    """Each of these top-level fields could be changed without ``verify PATH`` noticing."""
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)  # type: ignore[operator]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert first_failure(copy).startswith("FAIL manifest.json: ")
+
+
+def forge(out: Path, rows: list[dict], manifest: dict) -> None:  # type: ignore[type-arg]
+    """Write ``rows`` as the export's data, with every digest chained from the manifest's
+    ``prev_digest``, every link, head, count and file entry redone (a consistent forger)."""
+    from ledger.exports.records import chain, link
+
+    digests: dict[str, str] = {}
+    previous = ""
+    streams: dict[str, dict] = {}  # type: ignore[type-arg]
+    for r in rows:
+        d = manifest["streams"][r["stream_id"]]
+        r["digest"] = chain(digests.get(r["stream_id"], d["prev_digest"]), r["canonical"].encode())
+        digests[r["stream_id"]] = r["digest"]
+        previous = r["link"] = link(previous, r["position"], r["topic"], r["digest"])
+        h = streams.setdefault(r["stream_id"], {**d, "count": 0})
+        h.update(count=h["count"] + 1, head_version=r["version"], head_digest=r["digest"],
+                 head_position=r["position"])
+    path = data_file(out)
+    write_file(path, rows, fmt_of(out))
+    manifest.update(streams=streams, stream_count=len(streams), total=len(rows),
+                    link_head=previous, first_position=rows[0]["position"],
+                    last_position=rows[-1]["position"])
+    manifest["files"][0].update(
+        records=len(rows), first_position=rows[0]["position"],
+        last_position=rows[-1]["position"], bytes=path.stat().st_size,
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_session_export_is_checked_against_its_filters(tmp_path: Path, fmt: str) -> None:
+    """Without the store: a session the filters name cannot be dropped, nor a stream
+    that they do not name added, nor a stream's v1 be chained from a made-up digest
+    (each passed ``verify PATH`` when the rest was redone consistently)."""
+    settings = Settings(tmp_path / "data")
+    cli(settings, "import", str(SPOTTER / "short.jsonl"), str(SPOTTER / "tool_heavy.jsonl"))
+    streams = sorted({s for _, s, _ in store_rows(settings)})
+    assert len(streams) == 2
+    out = tmp_path / "out"
+    export(settings, fmt, out, "--session", streams[0], "--session", streams[1])
+    assert verify(settings, out)[0] == 0
+    rows = read_rows(out)
+
+    dropped = tmp_path / "dropped"
+    shutil.copytree(out, dropped)
+    manifest = json.loads((out / "manifest.json").read_text())
+    forge(dropped, [r for r in rows if r["stream_id"] != streams[1]], manifest)
+    line = first_failure(dropped)
+    assert line.startswith(f"FAIL manifest.json: stream {streams[1]}: a session the "), line
+
+    added = tmp_path / "added"
+    shutil.copytree(out, added)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["filters"]["sessions"] = [streams[0]]  # the other stream is now one too many
+    forge(added, [dict(r) for r in rows], manifest)
+    first = next(i for i, r in enumerate(rows) if r["stream_id"] == streams[1])
+    line = first_failure(added)
+    assert names(line, added, first + 1, rows[first]), line
+    assert "not one of the sessions" in line
+
+    made_up = tmp_path / "made-up"
+    shutil.copytree(out, made_up)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["streams"][streams[0]]["prev_digest"] = "0" * 64
+    forge(made_up, [dict(r) for r in rows], manifest)
+    line = first_failure(made_up)
+    assert line.startswith("FAIL manifest.json: ") and f"stream {streams[0]} v" in line, line
+    assert "first_version 1 with prev_digest '000000000000'" in line, line
+
+
 def test_jsonl_changed_byte_and_truncation(exports: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "jsonl"
     shutil.copytree(exports["jsonl"], out)
@@ -399,6 +577,14 @@ def test_since_export_of_a_stream_cut_in_the_middle_verifies(
     assert h["prev_digest"] == event_digest(settings, stream, h["first_version"] - 1)
     assert verify(settings, tmp_path / "out")[0] == 0
     assert verify(settings, tmp_path / "out", "--against-store")[0] == 0
+    # a manifest whose since is later than the first exported event's recorded time
+    # contradicts its rows (it passed verify PATH)
+    first = read_rows(tmp_path / "out")[0]
+    recorded = datetime.fromisoformat(json.loads(first["canonical"])["timestamp"])
+    manifest["filters"]["since"] = (recorded + timedelta(microseconds=1)).isoformat()
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(manifest))
+    line = first_failure(tmp_path / "out")
+    assert names(line, tmp_path / "out", 1, first) and "before the manifest's since" in line, line
 
 
 def event_digest(settings: Settings, stream: str, version: int) -> str:
@@ -469,3 +655,80 @@ def test_export_anchors_apply_only_to_the_store_they_came_from(
     cli(settings, "sessions", "--json")
     assert cli(settings, "verify", check=False).returncode == 0, "the other store's anchors"
     assert cli(sqlite, "verify", check=False).returncode == 0
+
+
+def other_url(url: str) -> str:
+    """The same PostgreSQL server under the loopback host's other name:
+    ``127.0.0.1`` <-> ``localhost``."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    host = "localhost" if u.host in ("127.0.0.1", None) else "127.0.0.1" if u.host == "localhost" else u.host
+    return u.set(host=host).render_as_string(hide_password=False)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("settings", ["postgres"], indirect=True)
+def test_export_anchors_belong_to_the_store_not_to_the_url_it_was_reached_by(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """An export taken through ``localhost`` anchors a verify through ``127.0.0.1`` (it
+    did not: the anchor file was matched by the URL's text and left out as another
+    store's, so a tail cut after the export, with the read models rebuilt, passed)."""
+    from dataclasses import replace
+
+    via_other = replace(settings, database_url=other_url(settings.database_url or ""))
+    cli(via_other, "import", str(SPOTTER / "short.jsonl"))
+    export(via_other, "jsonl", tmp_path / "out")
+    position, stream, version = store_rows(settings)[-1]
+    schema = settings.database_schema
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DELETE FROM "{schema}".hookledger_events WHERE notification_id = %s',
+                     (position,))
+        # the read models rebuilt from the cut log: no event_index row, no tracking
+        # position remembers the lost event; only the export's anchor does
+        tables = [t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename NOT IN "
+            "('hookledger_events', 'hookledger_store')", (schema,))]
+        conn.execute(", ".join(f'"{schema}"."{t}"' for t in tables).join(
+            ("DROP TABLE ", " CASCADE")))
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1, r.stdout
+    assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
+    # a file written before anchors kept the store's id names it by URL only
+    (anchor,) = (settings.data_dir / "anchors").glob("export-*.json")
+    old = json.loads(anchor.read_text())
+    del old["store_id"]
+    assert "localhost" in old["store"] or "localhost" in settings.database_url  # type: ignore[operator]
+    anchor.write_text(json.dumps(old))
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1, r.stdout
+    assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
+
+
+def test_export_anchor_files_name_the_store_by_its_own_id(tmp_path: Path) -> None:
+    """The id lives in the store; removing it does not free the store from the anchors
+    recorded for its place (the URL form still names it), and a store elsewhere (another
+    data directory's store, sharing this one's anchor files) is told they are not its."""
+    settings = Settings(tmp_path / "data")
+    cli(settings, "import", str(SPOTTER / "short.jsonl"))
+    export(settings, "jsonl", tmp_path / "out")
+    (anchor,) = (settings.data_dir / "anchors").glob("export-*.json")
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        (store_id,) = db.execute("SELECT id FROM hookledger_store").fetchone()
+    assert json.loads(anchor.read_text())["store_id"] == store_id
+    position, stream, version = store_rows(settings)[-1]
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        db.execute("DELETE FROM stored_events WHERE rowid = ?", (position,))
+        db.execute("DROP TABLE hookledger_store")
+    (settings.data_dir / "views.db").unlink()
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1
+    assert f"FAIL stream {stream} v{version} at position {position}:" in r.stderr.decode()
+    # the anchor file names a store that is not the one verified (another id, another URL)
+    data = json.loads(anchor.read_text())
+    data["store"] = "sqlite:/elsewhere/events.db"
+    anchor.write_text(json.dumps(data))
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 0, r.stderr
+    assert f"note: 1 export anchor file of other stores ({store_id}) not checked" in r.stderr.decode()

@@ -5,15 +5,25 @@ Each export also writes ``<data_dir>/anchors/export-<time>-<link>.json`` with th
 extra :class:`ledger.verify.Anchor`\\ s, so a tail cut after an export is detected even
 when the ``event_index`` read model (the other anchors) has been rebuilt from the cut log.
 
-Each file names the store it came from (``store``: :meth:`ledger.config.Settings.store_identity`),
-and only the current store's are read: one data directory may serve a SQLite store and
-PostgreSQL schemas in turn, whose logs have nothing in common. A file without ``store``
-(written before it was recorded) is read for every store.
+Each file names the store it came from by the store's own id (``store_id``:
+:func:`ledger.store_id.store_id`, kept inside the store), and only the current store's
+are read: one data directory may serve a SQLite store and PostgreSQL schemas in turn,
+whose logs have nothing in common. The id does not depend on how the store is reached
+(``localhost`` or ``127.0.0.1``, a trailing slash, another port through a proxy), so an
+export taken through one URL anchors a ``verify`` run through another. ``store`` (the
+URL form, :meth:`ledger.config.Settings.store_identity`) is kept too.
+
+A file is read when its ``store_id`` is the store's id, or its ``store`` the store's URL
+form (host names of the loopback interface taken as one): the URL still ties the anchors
+to the place they were recorded for when the id was removed from the store or the store
+replaced there, and files written before ``store_id`` existed name only ``store``. A
+file naming no store at all is read for every store.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +32,17 @@ from ledger.verify import Anchor
 FOLDER = "anchors"
 
 
-def save_anchors(data_dir: Path, manifest: dict[str, Any], output: Path, store: str) -> Path:
-    """Write the export's heads of the store named ``store``; returns the file's path."""
+def save_anchors(
+    data_dir: Path, manifest: dict[str, Any], output: Path, store_id: str, store: str
+) -> Path:
+    """Write the export's heads of the store ``store_id`` (described as ``store``);
+    returns the file's path."""
     folder = data_dir / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     stamp = manifest["created_at"].replace(":", "").replace("-", "").replace(".", "")
     path = folder / f"export-{stamp}-{manifest['link_head'][:8] or 'empty'}.json"
     data = {
+        "store_id": store_id,
         "store": store,
         "export": str(output),
         "created_at": manifest["created_at"],
@@ -42,18 +56,30 @@ def save_anchors(data_dir: Path, manifest: dict[str, Any], output: Path, store: 
     return path
 
 
-def load_anchors(data_dir: Path, store: str) -> list[Anchor]:
-    """Every export anchor of ``data_dir`` for the store named ``store``, sorted by
-    position, duplicates removed.
+@dataclass
+class LoadedAnchors:
+    anchors: list[Anchor] = field(default_factory=list)
+    """Sorted by position, duplicates removed."""
+    other_stores: dict[str, int] = field(default_factory=dict)
+    """Anchor files left out as another store's: count per store (its id, or its
+    ``store`` text for an old file)."""
+
+
+def load_anchors(data_dir: Path, store_id: str | None, store: str) -> LoadedAnchors:
+    """Every export anchor of ``data_dir`` for the store whose id is ``store_id`` (None:
+    it has none yet, so no file with an id is its) and whose URL form is ``store``.
 
     Raises ValueError naming the file when an anchor file is unreadable or malformed
     (an altered anchor file is itself a finding, never skipped)."""
     found: set[Anchor] = set()
+    loaded = LoadedAnchors()
     for path in sorted((data_dir / FOLDER).glob("export-*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("store", store) != store:
-                continue  # another store's export
+            owner = _owner(data, store_id, store)
+            if owner is not None:
+                loaded.other_stores[owner] = loaded.other_stores.get(owner, 0) + 1
+                continue
             for stream, h in data["heads"].items():
                 found.add(
                     Anchor(int(h["head_position"]), stream, int(h["head_version"]),
@@ -61,4 +87,31 @@ def load_anchors(data_dir: Path, store: str) -> list[Anchor]:
                 )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"export anchor file {path} is unreadable: {e!r}") from e
-    return sorted(found, key=lambda a: (a.position, a.stream_id))
+    loaded.anchors = sorted(found, key=lambda a: (a.position, a.stream_id))
+    return loaded
+
+
+def _owner(data: dict[str, Any], store_id: str | None, store: str) -> str | None:
+    """None when the anchor file ``data`` is the current store's, else the store it names.
+
+    A file is the store's when it names the store's id, or the store's URL form: the id
+    adds the URLs the store is reached by under other names, and the URL keeps a store
+    whose id was removed or replaced (a new ``events.db`` in the same place) answerable
+    for the anchors recorded there. Raises TypeError for a malformed ``store_id``/``store``."""
+    named = data.get("store_id"), data.get("store")
+    if not all(v is None or isinstance(v, str) for v in named):
+        raise TypeError("'store_id' or 'store' is not a string")
+    if named == (None, None):
+        return None  # written before the store was recorded: every store's
+    if named[0] is not None and named[0] == store_id:
+        return None
+    if named[1] is not None and _loopback(named[1]) == _loopback(store):
+        return None
+    return named[0] or named[1]
+
+
+def _loopback(store: str) -> str:
+    """``store`` (URL form) with a loopback host name spelt one way."""
+    for name in ("//localhost:", "//[::1]:", "//::1:"):
+        store = store.replace(name, "//127.0.0.1:")
+    return store

@@ -11,9 +11,12 @@ Checks, in one pass over the data file (rows in file order, numbered from 1):
 4. every chain link: ``digest == sha256(prev_digest + "\\n" + canonical)``, starting from
    the manifest's ``prev_digest`` of the stream (``""`` for a whole stream);
 5. the export's own link chain (``link``) over position, topic and digest;
-6. the manifest: format, every count (total, per file, per stream), first/last positions,
-   every stream's head (version, digest, position), the link head, and each data file's
-   size and sha256.
+6. the manifest: format, rules and created_at; every count (total, per file, per stream),
+   first/last positions, the store head against the last row, every stream's head
+   (version, digest, position) and start (``prev_digest`` empty exactly at v1), the link
+   head, and each data file's size and sha256;
+7. the filters: each stream is one the ``sessions`` name (each of them present, without
+   ``since``), its first row recorded at or after ``since``.
 
 Problems name the file, the row (line), and the record's position, stream and version.
 :func:`compare_with_store` additionally checks the export record by record against a store.
@@ -32,8 +35,25 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
-from ledger.exports.records import Filters, StreamHead, chain, kind_of, link, select
-from ledger.exports.writer import COLUMNS, DATA_FILES, FORMAT, FORMAT_VERSION, MANIFEST, as_row
+from ledger.exports.records import (
+    Filters,
+    StreamHead,
+    chain,
+    kind_of,
+    link,
+    parse_time,
+    select,
+)
+from ledger.exports.writer import (
+    COLUMNS,
+    DATA_FILES,
+    DIGEST_RULE,
+    FORMAT,
+    FORMAT_VERSION,
+    LINK_RULE,
+    MANIFEST,
+    as_row,
+)
 
 INT_COLUMNS = ("position", "version")
 BATCH_ROWS = 1000
@@ -135,6 +155,17 @@ STREAM_FIELDS = (
 """The fields of each manifest ``streams`` entry (:class:`StreamHead`) and their types."""
 
 
+def _is_time(value: Any) -> bool:
+    """Whether ``value`` is an ISO-8601 time in UTC as the writer spells it (``…Z``)."""
+    if not isinstance(value, str) or not value.endswith("Z"):
+        return False
+    try:
+        parse_time(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -153,7 +184,9 @@ def verify_export(path: Path) -> ExportReport:
     streams: dict[str, _Stream] = {}
     broken: set[str] = set()
     last_position = 0
+    first_position: int | None = None
     previous_link = ""
+    filters = Filters.from_dict(manifest.get("filters") or {})
     link_broken = False
 
     def problem(row: int | None, msg: str, rec: dict[str, Any] | None = None, *, file: str) -> None:
@@ -183,6 +216,7 @@ def verify_export(path: Path) -> ExportReport:
             count += 1
             report.records += 1
             first = rec["position"] if first is None else first
+            first_position = rec["position"] if first_position is None else first_position
             last = rec["position"]
             stream_id = rec["stream_id"]
             if rec["position"] <= last_position:
@@ -207,6 +241,9 @@ def verify_export(path: Path) -> ExportReport:
                                  "missing or malformed", rec, file=name)
                     first_version, prev_digest = rec["version"], ""
                 s = streams[stream_id] = _Stream(first_version, prev_digest)
+                message = _check_selected(rec, filters)
+                if message:
+                    problem(row, message, rec, file=name)
             message = _check_record(rec, s)
             if message:
                 problem(row, message, rec, file=name)
@@ -225,7 +262,8 @@ def verify_export(path: Path) -> ExportReport:
                           f"{entry.get('bytes')}, sha256 {digest[:12]}… vs "
                           f"{str(entry.get('sha256'))[:12]}…)", file=name)
     report.streams = len(streams)
-    _check_manifest(manifest, streams, report, previous_link)
+    _check_manifest(manifest, streams, report, previous_link,
+                    (first_position, last_position if report.records else None))
     return report
 
 
@@ -250,8 +288,26 @@ def _check_record(rec: dict[str, Any], s: _Stream) -> str | None:
     return None
 
 
+def _check_selected(rec: dict[str, Any], filters: Filters) -> str | None:
+    """Whether ``rec``, the first exported row of its stream, is one the manifest's
+    filters select: a stream they name, starting at an event recorded at or after
+    ``since``."""
+    if filters.sessions and rec["stream_id"] not in filters.sessions:
+        return "stream is not one of the sessions the manifest's filters name"
+    if filters.since is not None:
+        try:
+            recorded = parse_time(orjson.loads(rec["canonical"])["timestamp"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return "the stream's first row has no readable recorded time (timestamp)"
+        if recorded < filters.since:
+            return (f"the stream's first row was recorded at {recorded.isoformat()}, before "
+                    f"the manifest's since {filters.since.isoformat()}")
+    return None
+
+
 def _check_manifest(
-    manifest: dict[str, Any], streams: dict[str, _Stream], report: ExportReport, link_head: str
+    manifest: dict[str, Any], streams: dict[str, _Stream], report: ExportReport, link_head: str,
+    positions: tuple[int | None, int | None],
 ) -> None:
     def fail(message: str, stream: str | None = None, s: _Stream | None = None) -> None:
         report.problems.append(
@@ -260,6 +316,23 @@ def _check_manifest(
         )
 
     declared: dict[str, Any] = manifest["streams"]
+    if (manifest.get("first_position"), manifest.get("last_position")) != positions:
+        fail(f"the rows' positions run {positions[0]}..{positions[1]}; the manifest says "
+             f"{manifest.get('first_position')}..{manifest.get('last_position')}")
+    last, head = positions[1] or 0, manifest["store_head_position"]
+    if head < last or (not manifest["partial"] and head != last):
+        fail(f"store_head_position {head} is not the last row's position {last}"
+             if not manifest["partial"] else
+             f"store_head_position {head} is before the last row's position {last}")
+    if (manifest.get("digest_rule"), manifest.get("link_rule")) != (DIGEST_RULE, LINK_RULE):
+        fail(f"digest_rule/link_rule differ from format version {FORMAT_VERSION}'s rules")
+    if not _is_time(manifest.get("created_at")):
+        fail(f"created_at {manifest.get('created_at')!r} is not an ISO-8601 UTC time")
+    filters = Filters.from_dict(manifest.get("filters") or {})
+    if filters.sessions and filters.since is None:
+        for stream_id in sorted(set(filters.sessions) - set(streams)):
+            fail("a session the manifest's filters name has no rows in the export (dropped)",
+                 stream_id)
     if report.records != manifest["total"]:
         fail(f"the data holds {report.records} records; the manifest's total is "
              f"{manifest['total']}")
@@ -284,6 +357,9 @@ def _check_manifest(
         if not manifest["partial"] and (want.first_version != 1 or want.prev_digest != ""):
             fail("a whole (not partial) export must start every stream at v1 from \"\"",
                  stream_id, s)
+        elif (want.first_version == 1) != (want.prev_digest == ""):
+            fail(f"first_version {want.first_version} with prev_digest "
+                 f"{want.prev_digest[:12]!r}: only v1 starts from \"\"", stream_id, s)
 
 
 Row = tuple[int | None, dict[str, Any] | None, str | None]
@@ -354,28 +430,29 @@ def compare_with_store(
     path: Path, recorder: ApplicationRecorder, mapper: Mapper[UUID]
 ) -> list[Problem]:
     """Problems where the export at ``path`` differs from what the store holds for the
-    same filters up to the export's ``store_head_position`` (record by record, then heads
-    and counts). Empty when they match exactly. Raises ValueError for a bad manifest."""
+    same filters up to the export's ``store_head_position`` (record by record over its
+    data files in manifest order, then heads and counts). Empty when they match exactly.
+    Raises ValueError for a bad manifest."""
     manifest = read_manifest(path)
-    entry = manifest["files"][0]
-    name = entry["path"]
     heads: dict[str, StreamHead] = {}
     stop = int(manifest["store_head_position"])
     store = select(recorder, mapper, Filters.from_dict(manifest["filters"]), heads, stop)
     problems: list[Problem] = []
-    for row, rec, error in _rows(path / name, manifest["data_format"]):
-        want = next(store, None)
-        expected = as_row(want) if want else None
-        if error is None and rec == expected:
-            continue
-        where = expected or rec or {}
-        problems.append(Problem(
-            name, row,
-            "the store has no more events here" if expected is None
-            else "row differs from the store's event at this place",
-            where.get("position"), where.get("stream_id"), where.get("version"),
-        ))
-        return problems
+    for entry in manifest["files"]:  # in order: together they hold the log's rows
+        name = entry["path"]
+        for row, rec, error in _rows(path / name, manifest["data_format"]):
+            want = next(store, None)
+            expected = as_row(want) if want else None
+            if error is None and rec == expected:
+                continue
+            where = expected or rec or {}
+            problems.append(Problem(
+                name, row,
+                "the store has no more events here" if expected is None
+                else "row differs from the store's event at this place",
+                where.get("position"), where.get("stream_id"), where.get("version"),
+            ))
+            return problems
     rest = next(store, None)
     if rest is not None:
         problems.append(Problem(name, None, "the store holds this event, the export does not",
