@@ -26,7 +26,9 @@ Endpoints (JSON; times ISO-8601 UTC; tokens counts; ``duration_ms`` milliseconds
   lineage (``parent``, ``spawned_by``, ``subagents``) and summaries; 404 ``{"error"}``
   ``no such session: <id>``, or listing the sessions an ambiguous prefix matches),
   ``GET /v1/sessions/{id}/events`` (ledger events with positions, digests and raw
-  records), ``/plans`` (:mod:`api.plans`), ``/summaries``.
+  records, in stream-version order; all of them, or a page: ``limit`` (1 to
+  :data:`MAX_EVENTS_PAGE`) events with ``originator_version`` > ``after_version``, and
+  ``next_after_version``, the cursor of the next page, None after the last), ``/plans`` (:mod:`api.plans`), ``/summaries``.
 * ``POST /v1/sessions/{id}/commands/{command}`` — operator commands
   (:mod:`api.commands`, ``docs/lifecycle.md``).
 * ``GET /v1/search`` (:mod:`api.search`), ``GET /v1/context`` (:mod:`api.context`),
@@ -86,6 +88,8 @@ CATCH_UP_INTERVAL_S = 0.1
 """Longest wait of the background thread between catch-ups (s); an append wakes it."""
 MAX_OFFSET = 2**63 - 1
 """Largest ``offset`` of ``GET /v1/sessions`` (SQL's BIGINT); a larger one is a 400."""
+MAX_EVENTS_PAGE = 10_000
+"""Most events per page of ``GET /v1/sessions/{id}/events?limit=``."""
 
 
 class Background:
@@ -221,8 +225,22 @@ def create_app(
         sid = await session_of(request)
         if isinstance(sid, Response):
             return sid
-        events = await anyio.to_thread.run_sync(lambda: _events(services, sid))
-        return JSONResponse({"session_id": sid, "events": events})
+        q = request.query_params
+        try:
+            after = int(q.get("after_version", "0"))
+            limit = int(q["limit"]) if "limit" in q else None
+        except ValueError:
+            return JSONResponse({"error": "after_version and limit must be integers"}, 400)
+        if after < 0 or after > MAX_OFFSET or (limit is not None and not 1 <= limit <= MAX_EVENTS_PAGE):
+            return JSONResponse(
+                {"error": f"after_version must be 0..{MAX_OFFSET}, limit 1..{MAX_EVENTS_PAGE}"}, 400
+            )
+        events = await anyio.to_thread.run_sync(lambda: _events(services, sid, after, limit))
+        body: dict[str, Any] = {"session_id": sid, "events": events}
+        if limit is not None:  # the cursor of the next page (None: this was the last)
+            more = len(events) == limit
+            body["next_after_version"] = events[-1]["originator_version"] if more else None
+        return JSONResponse(body)
 
     async def session_summaries(request: Request) -> Response:
         sid = await session_of(request)
@@ -307,10 +325,15 @@ async def _database_error(_request: Request, e: Exception) -> Response:
     return JSONResponse({"error": database_unavailable(e)}, 503)
 
 
-def _events(services: Services, sid: str) -> list[dict[str, Any]]:
+def _events(
+    services: Services, sid: str, after: int = 0, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The events of stream ``sid`` with stream version > ``after``, at most ``limit``
+    (None: all), in version order, each with its log position (None while the
+    ``event_index`` projection has not reached it)."""
     positions = queries.session_event_positions(services.models, sid)
     out = []
-    for event in services.ledger.events.get(UUID(sid)):
+    for event in services.ledger.events.get(UUID(sid), gt=after or None, limit=limit):
         data = event.model_dump(mode="json")
         data["kind"] = type(event).__name__
         data["raw"] = raw_record(event)

@@ -195,3 +195,31 @@ def test_edge_redactions_are_checked_strictly() -> None:
             parse_edge_redactions(text)
     with pytest.raises(EdgeRedactionsError, match="more than"):  # a journal record's list
         check_edge_redactions([{"kind": "a", "path": "$", "count": 1}] * (MAX_EDGE_REDACTIONS + 1))
+
+
+def test_a_sessions_events_come_whole_or_in_pages_by_stream_version(settings: Settings) -> None:
+    # A real transcript's session: pages of 7 events after each page's cursor give
+    # exactly the whole list, in order; the last page says there is no next one.
+    cli(settings, "import", str(FIXTURES / "spotter-claude-transcripts"))
+    srv = Server(settings).start()
+    try:
+        top = httpx.get(f"{srv.url}/v1/sessions?limit=1000", timeout=30).json()["sessions"]
+        sid = max(top, key=lambda s: s["tool_call_count"])["id"]
+        url = f"{srv.url}/v1/sessions/{sid}/events"
+        whole = httpx.get(url, timeout=30).json()
+        pages, after = [], 0
+        while after is not None:
+            page = httpx.get(url, params={"after_version": after, "limit": 7}, timeout=30).json()
+            assert len(page["events"]) <= 7
+            pages.extend(page["events"])
+            after = page["next_after_version"]
+        bad = [
+            httpx.get(url, params=p, timeout=30)
+            for p in ({"limit": 0}, {"limit": "x"}, {"after_version": -1}, {"limit": 10_001})
+        ]
+    finally:
+        srv.stop()
+    assert "next_after_version" not in whole and len(whole["events"]) > 20
+    assert [e["originator_version"] for e in whole["events"]] == list(range(1, len(whole["events"]) + 1))
+    assert pages == whole["events"]
+    assert [r.status_code for r in bad] == [400, 400, 400, 400]
