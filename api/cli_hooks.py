@@ -181,9 +181,8 @@ def forward_spool_cmd(ctx: click.Context, url: str | None) -> None:
     """Send the hook spool to a (remote) server now; exit 1 if some is left.
 
     What a remote hook spooled while the server was unreachable goes to
-    POST /v1/journal in pieces of about 1 MiB (the hooks also do this by themselves, in
-    the background, after their next successful POST). Sending twice appends nothing
-    twice."""
+    POST /v1/journal in pieces of about 1 MiB (every remote hook also does this by
+    itself, after journalling its payload). Sending twice appends nothing twice."""
     from api.hot_path.hook_fast import DEFAULT_URL, forward_spool
 
     target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")

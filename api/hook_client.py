@@ -1,8 +1,8 @@
 """``hookledger hook <agent>``: the readable entry point of the hook client.
 
 Same logic as the hot path :mod:`api.hot_path.hook_fast` (which ``install-hooks`` writes, run
-with ``python -S`` for speed): the payload on stdin is journalled (local server) or
-POSTed with ``<private>`` content removed (remote ``HOOKLEDGER_URL``), ``SessionStart``
+with ``python -S`` for speed): the payload on stdin, ``<private>`` content removed, is
+journalled, then (remote ``HOOKLEDGER_URL``) the journal is forwarded, ``SessionStart``
 gets context from the server; always prints valid hook output and exits 0.
 """
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +18,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 from test_access import TOKEN, non_loopback_ip
-from test_hook_journal import event_keys, fixture_payloads, run_hook
+from test_hook_journal import HOOK_RUN, PYTHON, event_keys, fixture_payloads, run_hook
 
 from api.app import create_app
 from api.bootstrap import build
@@ -97,6 +100,8 @@ def test_post_journal_records_every_payload_once(settings: Settings, tmp_path: P
 
 
 def _spooled(spool: Path) -> list[str]:
+    if not spool.exists():
+        return []
     return sorted(p.name for p in spool.iterdir() if p.name != hook_fast.FORWARD_LOCK)
 
 
@@ -153,7 +158,7 @@ def test_remote_hook_forwards_what_it_spooled_once_the_server_is_back(tmp_path: 
     for n in range(5):  # the server is down
         out = run_hook(laptop, prompt(n), env)
         assert out.returncode == 0 and out.stdout.strip() == b"{}", out
-    assert (laptop / "spool" / JOURNAL).stat().st_size > 0
+    assert hook_fast.spool_pending(str(laptop / "spool"))  # the journal, or set aside
 
     srv.start()
     try:
@@ -279,7 +284,7 @@ def test_a_server_url_without_a_scheme_is_plain_http(
     laptop = tmp_path / "laptop"
     env = {"HOOKLEDGER_URL": f"{ip}:{srv.port}", "HOOKLEDGER_TOKEN": TOKEN}
     out = run_hook(laptop, prompt(0), env)  # the server is down: spooled
-    assert out.returncode == 0 and (laptop / "spool" / JOURNAL).stat().st_size > 0
+    assert out.returncode == 0 and hook_fast.spool_pending(str(laptop / "spool"))
     srv.start()
     monkeypatch.setenv("HOOKLEDGER_TOKEN", TOKEN)  # forward_spool, here in this process
     try:
@@ -293,3 +298,84 @@ def test_a_server_url_without_a_scheme_is_plain_http(
         ]
     finally:
         srv.stop()
+
+
+def _request(conn: socket.socket) -> bytes:
+    """One HTTP request's bytes as they came over the wire (headers and body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_remote_hook_killed_mid_post_loses_nothing(tmp_path: Path) -> None:
+    # The hook POSTed first and journalled only when the POST failed: a server that
+    # accepts the connection and never answers (or a DNS lookup that hangs) keeps the
+    # hook waiting, the agent kills it after its own timeout, and the payload was gone.
+    # Now it is journalled (fsync) before anything is sent, then forwarded from there.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    laptop = tmp_path / "laptop"
+    secret = b"the words that stay on this laptop"
+    body = prompt(0).replace(b"forwarded prompt 0", b"forwarded prompt 0<private>" + secret + b"</private>")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    with socket.socket() as hang:  # accepts, reads, never answers
+        hang.bind(("0.0.0.0", 0))
+        hang.listen()
+        hang.settimeout(60)
+        env = {**base, "HOOKLEDGER_URL": f"http://{ip}:{hang.getsockname()[1]}",
+               "HOOKLEDGER_TOKEN": TOKEN}
+        hook = subprocess.Popen([PYTHON, "-S", str(HOOK_RUN), "claude-code", str(laptop)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+        try:
+            assert hook.stdin is not None
+            hook.stdin.write(body)
+            hook.stdin.close()
+            conn, _ = hang.accept()
+            with conn:
+                conn.settimeout(60)
+                wire = _request(conn)
+                hook.kill()  # mid-POST: the request is sent, the answer never comes
+                hook.wait(timeout=60)
+        finally:
+            if hook.poll() is None:
+                hook.kill()
+                hook.wait()
+    assert hook.returncode == -signal.SIGKILL
+    assert secret not in wire and b"[private]" in wire, wire
+    assert f"Authorization: Bearer {TOKEN}".encode() in wire
+
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    remote = f"http://{ip}:{srv.port}"
+    try:
+        out = run_hook(laptop, prompt(1), {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": TOKEN})
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_prompts(remote, headers=ok)) < 2:
+            time.sleep(0.05)
+        while time.monotonic() < deadline and _spooled(laptop / "spool"):
+            time.sleep(0.05)
+        assert _spooled(laptop / "spool") == []
+        assert sorted(_prompts(remote, headers=ok)) == [
+            "forwarded prompt 0[private]", "forwarded prompt 1"
+        ]
+    finally:
+        srv.stop()
+    got = event_keys(Settings(tmp_path / "server"))
+    assert sum(1 for k in got if k[1] == "PromptSubmitted") == 2
+    assert max(got.values()) == 1

@@ -19,13 +19,14 @@ payload on stdin and, always printing valid hook output and exiting 0:
   ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``
   (context at most 10,000 characters), so no JSON library is loaded unless a value holds
   an escape. ``{}`` when the server does not answer. The payload is journalled first.
-* Remote server (``HOOKLEDGER_URL`` not loopback): the payload is POSTed to
-  ``/v1/hooks/<agent>``, the redactions made here in the header
-  ``X-Hookledger-Redactions`` (same JSON as in a journal record); when unreachable (or a
-  5xx, 401, 403) it is journalled. After a POST the server took, a spool that still
-  holds payloads is forwarded by a detached background process
-  (:func:`forward_in_background`, :func:`forward_spool`: ``POST /v1/journal`` in pieces
-  of about 1 MiB, idempotent by capture key), so the hook itself never waits for it.
+* Remote server (``HOOKLEDGER_URL`` not loopback): the payload is journalled the same
+  way first (so a hook killed while it waits on the network loses nothing), then the
+  spool is forwarded (:func:`deliver`, :func:`forward`: ``POST /v1/journal`` in pieces
+  of about 1 MiB, idempotent by capture key, one forwarder at a time, resumable) and
+  trimmed, within :data:`POST_TIMEOUT_S`. Out of time (a slow server, a large
+  backlog), a detached background process (:func:`forward_in_background`) goes on, so
+  the hook itself never waits for it; unreachable or refused (5xx, 401, 403), the spool
+  waits for the next hook (or ``hookledger forward-spool``).
 
 ``HOOKLEDGER_TOKEN``, when set, is sent as ``Authorization: Bearer <token>``.
 
@@ -562,7 +563,8 @@ def post_hook(
     so the payload is journalled, for anything else: unreachable, 5xx, 401/403, or a
     4xx from something that is not hookledger (a wrong base path, a proxy's 413).
     ``redactions``: :func:`encode_redactions` of what was removed here, sent as
-    ``X-Hookledger-Redactions``."""
+    ``X-Hookledger-Redactions``. The hook itself does not use it: it journals first and
+    forwards the journal (:func:`deliver`), so a hook killed mid-request loses nothing."""
     headers = {
         "Content-Type": "application/json",
         "X-Hookledger-Capture-Key": key,
@@ -626,15 +628,27 @@ def _read_offset(path: str) -> int:
         return 0
 
 
-def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) -> tuple[int, bool]:
+DONE, BUSY, REFUSED, LATE = "done", "busy", "refused", "late"
+"""How a forward ended (:func:`forward`): the spool is empty; another forwarder holds
+``forward.lock``; the server is unreachable or refused a piece; out of time (the time
+budget ran out, or a request timed out: a slow server, or a large piece)."""
+
+
+def forward_spool(
+    url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S, budget: float | None = None
+) -> tuple[int, bool]:
     """Send everything ``spool_dir`` holds to the server at ``url`` (``POST /v1/journal``,
     pieces of about :data:`FORWARD_PIECE_BYTES` cut at record boundaries) and delete it.
 
     Same hand-over as the server's own drain (:mod:`ledger.journal`): the journal is
     renamed aside, then read under its ``flock``. Progress within an aside file is kept
     in ``<aside>.sent`` (the byte offset sent so far), so a forward cut off part-way
-    resumes there; a piece sent twice appends nothing twice (capture keys). One
-    forwarder at a time (``forward.lock``; a second returns at once).
+    (even by SIGKILL) resumes there; a piece sent twice appends nothing twice (capture
+    keys). One forwarder at a time (``forward.lock``; a second returns at once, and the
+    first, once it has released the lock, sends what was journalled meanwhile).
+
+    ``timeout``: seconds per request (each socket operation of it); ``budget``: seconds
+    for the whole forward (None: no limit); no piece is started after it ran out.
 
     Returns (bytes forwarded, whether the spool is now empty). Stops, keeping what is
     left, at the first piece the server did not take: anything but a 202 or
@@ -644,51 +658,90 @@ def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) 
     Raises:
         OSError: the spool directory cannot be read or changed.
     """
-    try:
-        lock = os.open(spool_dir + "/" + FORWARD_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-    except FileNotFoundError:
-        return 0, True  # no spool directory: nothing was ever spooled
-    try:
+    sent, state = forward(url, spool_dir, timeout, budget)
+    return sent, state == DONE
+
+
+def forward(
+    url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S, budget: float | None = None
+) -> tuple[int, str]:
+    """:func:`forward_spool`, saying how it ended: (bytes forwarded, :data:`DONE`,
+    :data:`BUSY`, :data:`REFUSED` or :data:`LATE`).
+
+    Raises:
+        OSError: the spool directory cannot be read or changed.
+    """
+    deadline = None if budget is None else time.monotonic() + budget
+    sent = 0
+    while True:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return 0, False  # another forwarder is at it
-        path = spool_dir + "/" + JOURNAL
-        try:
-            if os.stat(path).st_size > 0:
-                os.rename(path, path + "." + uuid7().replace("-", "") + ".aside")
+            lock = os.open(spool_dir + "/" + FORWARD_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         except FileNotFoundError:
-            pass
-        sent = 0
-        headers = {"Content-Type": JOURNAL_CONTENT_TYPE}
-        for name in _aside_names(spool_dir):
-            aside = spool_dir + "/" + name
+            return sent, DONE  # no spool directory: nothing was ever spooled
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return sent, BUSY  # another forwarder is at it
+            n, state = _forward_once(url, spool_dir, timeout, deadline)
+        finally:
+            os.close(lock)
+        sent += n
+        # A hook that journalled while the lock was held, and found it held, left its
+        # record to this forwarder: checked after the release, so none is stranded.
+        if state != DONE or not spool_pending(spool_dir):
+            return sent, state
+        if deadline is not None and time.monotonic() >= deadline:
+            return sent, LATE
+
+
+def _forward_once(
+    url: str, spool_dir: str, timeout: float, deadline: float | None
+) -> tuple[int, str]:
+    """One pass of :func:`forward` under ``forward.lock``: the journal renamed aside,
+    then every aside file sent and deleted."""
+    path = spool_dir + "/" + JOURNAL
+    try:
+        if os.stat(path).st_size > 0:
+            os.rename(path, path + "." + uuid7().replace("-", "") + ".aside")
+    except FileNotFoundError:
+        pass
+    sent = 0
+    headers = {"Content-Type": JOURNAL_CONTENT_TYPE}
+    for name in _aside_names(spool_dir):
+        aside = spool_dir + "/" + name
+        try:
             with open(aside, "rb") as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # wait for a hook mid-write
                 data = f.read()
-            pos = _read_offset(aside + ".sent")
-            while pos < len(data):
-                end = record_end(data, pos)  # a larger record goes alone
-                while end < len(data) and (nxt := record_end(data, end)) - pos <= FORWARD_PIECE_BYTES:
-                    end = nxt
-                try:
-                    status, answer = http("POST", url, "/v1/journal", data[pos:end], headers, timeout)
-                except Exception:
-                    return sent, False
-                if status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
-                    return sent, False
-                sent += end - pos
-                pos = end
-                with open(aside + ".sent", "wb") as f:
-                    f.write(b"%d" % pos)
-            os.unlink(aside)
+        except FileNotFoundError:  # a server on this data directory drained it
+            continue
+        pos = _read_offset(aside + ".sent")
+        while pos < len(data):
+            end = record_end(data, pos)  # a larger record goes alone
+            while end < len(data) and (nxt := record_end(data, end)) - pos <= FORWARD_PIECE_BYTES:
+                end = nxt
+            left = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if left <= 0:
+                return sent, LATE
+            try:
+                status, answer = http("POST", url, "/v1/journal", data[pos:end], headers, left)
+            except TimeoutError:
+                return sent, LATE
+            except Exception:
+                return sent, REFUSED
+            if status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
+                return sent, REFUSED
+            sent += end - pos
+            pos = end
+            with open(aside + ".sent", "wb") as f:
+                f.write(b"%d" % pos)
+        for done in (aside, aside + ".sent"):  # the server may have deleted both
             try:  # noqa: SIM105 (contextlib costs an import on the hot path)
-                os.unlink(aside + ".sent")
+                os.unlink(done)
             except FileNotFoundError:
                 pass
-        return sent, True
-    finally:
-        os.close(lock)
+    return sent, DONE
 
 
 def forward_in_background(url: str, spool_dir: str) -> None:
@@ -710,6 +763,24 @@ def forward_in_background(url: str, spool_dir: str) -> None:
                 pass
     finally:
         os._exit(0)
+
+
+def deliver(url: str, spool_dir: str) -> None:
+    """Remote mode, after the payload was journalled: :func:`forward` the spool to the
+    server within :data:`POST_TIMEOUT_S` (each request, and the whole). Out of time
+    (a slow server, a large backlog or record): the rest goes on in the background
+    (:func:`forward_in_background`). Unreachable or refused (5xx, 401/403): the spool
+    waits for the next hook. Another forwarder running: it takes this record too.
+    Never raises: a failure is written to stderr, the record stays in the spool."""
+    try:
+        state = forward(url, spool_dir, POST_TIMEOUT_S, POST_TIMEOUT_S)[1]
+        if state == LATE:
+            forward_in_background(url, spool_dir)
+    except Exception as e:
+        try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+            sys.stderr.write(f"hookledger hook: spooled, not forwarded: {e}\n")
+        except Exception:
+            pass
 
 
 def session_start_output(url: str, body: bytes) -> str:
@@ -755,10 +826,9 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
             removed = [{**r, "path": _redact_path(r["path"])} for r in removed]
         removed += secrets
     redactions = encode_redactions(removed)
-    if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):
-        journal_append(spool, record_bytes(agent, body, key, at, redactions))
-    elif spool_pending(spool):  # the remote server is back: send what waited for it
-        forward_in_background(target, spool)
+    journal_append(spool, record_bytes(agent, body, key, at, redactions))
+    if not is_loopback(target):
+        deliver(target, spool)
     if hook_event_name(body) == "SessionStart":
         return session_start_output(target, body)
     return "{}"
