@@ -22,7 +22,8 @@ def run(
     failure to capture: the reason goes to stderr).
 
     ``agent``: ``claude-code``, ``codex``, ``gemini``, ``cursor`` or ``openclaw`` (another
-    name is journalled too, and the server keeps it as rejected input). ``stdin`` (default:
+    name is journalled too, the server keeps it as rejected input with the reason, and
+    stderr says so). ``stdin`` (default:
     read standard input): the agent's hook payload, one JSON object as the agent sends
     it (docs/agents.md, ``shared/research/FORMATS.md`` A1 for Claude Code). ``data_dir``:
     where the local spool lives; ``url``: the server (default ``HOOKLEDGER_URL``, else

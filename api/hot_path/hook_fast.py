@@ -50,6 +50,10 @@ import sys
 import time
 
 DEFAULT_URL = "http://127.0.0.1:8765"
+AGENTS = ("claude-code", "codex", "cursor", "gemini", "openclaw")
+"""The agents whose hook payloads the server parses (:data:`ledger.ingest.HOOK_PARSERS`;
+tests/test_hook_journal.py keeps them equal). Another name is still captured, and the
+server keeps the payload as rejected input with the reason; the hook says so on stderr."""
 JOURNAL = "hooks.journal"
 MAGIC = b"HLJ1"
 JOURNAL_CONTENT_TYPE = "application/x-hookledger-journal"
@@ -777,10 +781,16 @@ def deliver(url: str, spool_dir: str) -> None:
         if state == LATE:
             forward_in_background(url, spool_dir)
     except Exception as e:
-        try:  # noqa: SIM105 (contextlib costs an import on the hot path)
-            sys.stderr.write(f"hookledger hook: spooled, not forwarded: {e}\n")
-        except Exception:
-            pass
+        say(f"spooled, not forwarded: {e}")
+
+
+def say(message: str) -> None:
+    """``hookledger hook: <message>`` on stderr (which the agent shows or logs); never
+    raises."""
+    try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+        sys.stderr.write(f"hookledger hook: {message}\n")
+    except Exception:
+        pass
 
 
 def session_start_output(url: str, body: bytes) -> str:
@@ -813,6 +823,11 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
     Raises:
         OSError: the payload could not be journalled (:func:`main` still exits 0).
     """
+    if agent not in AGENTS:
+        say(
+            f"unknown agent {agent!r} (known: {', '.join(AGENTS)}): the payload is kept, "
+            "as rejected input, not as events"
+        )
     key = uuid7()
     at = now_iso()
     target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
