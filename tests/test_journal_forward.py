@@ -379,3 +379,26 @@ def test_a_remote_hook_killed_mid_post_loses_nothing(tmp_path: Path) -> None:
     got = event_keys(Settings(tmp_path / "server"))
     assert sum(1 for k in got if k[1] == "PromptSubmitted") == 2
     assert max(got.values()) == 1
+
+
+def test_a_remote_hook_whose_journal_cannot_be_written_sends_directly(tmp_path: Path) -> None:
+    # Journal first must not make a remote hook depend on its disk: with no journal to
+    # write (disk full; here a file where the data directory should be), the payload is
+    # POSTed as before, and stderr says it was not spooled.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the data dir should be")
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    remote = f"http://{ip}:{srv.port}"
+    try:
+        out = run_hook(blocked, prompt(0), {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": TOKEN})
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+        assert b"not spooled" in out.stderr and b"sent directly" in out.stderr, out
+        assert _prompts(remote, headers={"Authorization": f"Bearer {TOKEN}"}) == [
+            "forwarded prompt 0"
+        ]
+    finally:
+        srv.stop()

@@ -26,7 +26,9 @@ payload on stdin and, always printing valid hook output and exiting 0:
   trimmed, within :data:`POST_TIMEOUT_S`. Out of time (a slow server, a large
   backlog), a detached background process (:func:`forward_in_background`) goes on, so
   the hook itself never waits for it; unreachable or refused (5xx, 401, 403), the spool
-  waits for the next hook (or ``hookledger forward-spool``).
+  waits for the next hook (or ``hookledger forward-spool``). A journal that cannot be
+  written (disk full): the payload is POSTed to ``/v1/hooks/<agent>`` directly
+  (:func:`post_hook`).
 
 ``HOOKLEDGER_TOKEN``, when set, is sent as ``Authorization: Bearer <token>``.
 
@@ -567,8 +569,9 @@ def post_hook(
     so the payload is journalled, for anything else: unreachable, 5xx, 401/403, or a
     4xx from something that is not hookledger (a wrong base path, a proxy's 413).
     ``redactions``: :func:`encode_redactions` of what was removed here, sent as
-    ``X-Hookledger-Redactions``. The hook itself does not use it: it journals first and
-    forwards the journal (:func:`deliver`), so a hook killed mid-request loses nothing."""
+    ``X-Hookledger-Redactions``. The hook uses it only when its journal cannot be written
+    (disk full, say): it journals first and forwards the journal (:func:`deliver`), so a
+    hook killed mid-request loses nothing."""
     headers = {
         "Content-Type": "application/json",
         "X-Hookledger-Capture-Key": key,
@@ -841,9 +844,15 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
             removed = [{**r, "path": _redact_path(r["path"])} for r in removed]
         removed += secrets
     redactions = encode_redactions(removed)
-    journal_append(spool, record_bytes(agent, body, key, at, redactions))
-    if not is_loopback(target):
-        deliver(target, spool)
+    try:
+        journal_append(spool, record_bytes(agent, body, key, at, redactions))
+    except OSError as e:  # e.g. disk full: a remote server may still take it directly
+        if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):
+            raise
+        say(f"not spooled ({e}), sent directly")
+    else:
+        if not is_loopback(target):
+            deliver(target, spool)
     if hook_event_name(body) == "SessionStart":
         return session_start_output(target, body)
     return "{}"
