@@ -402,3 +402,104 @@ def test_a_remote_hook_whose_journal_cannot_be_written_sends_directly(tmp_path: 
         ]
     finally:
         srv.stop()
+
+
+class _SizeLimitedProxy:
+    """A reverse proxy in front of the server that answers its own 413 to a body over
+    1 MiB without reading it (nginx's default ``client_max_body_size 1m``)."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, upstream: str) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        limit = self.LIMIT
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                if size > limit:
+                    page = b"<html><h1>413 Request Entity Too Large</h1></html>"
+                    self.send_response(413)
+                    self.send_header("Content-Length", str(len(page)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
+                up = http.client.HTTPConnection(upstream, timeout=60)
+                up.request("POST", self.path, self.rfile.read(size),
+                           {k: v for k, v in self.headers.items() if k.lower() != "host"})
+                answer = up.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                self.send_header("Content-Type", answer.getheader("Content-Type") or "")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_record_a_proxy_refuses_for_its_size_does_not_hold_up_later_ones(
+    tmp_path: Path,
+) -> None:
+    # Journal first put every later payload behind the spool's oldest record: one that a
+    # proxy in front of the server refuses for its size (a large tool output past
+    # nginx's 1 MiB default) held up every later hook for good. It is now kept in
+    # spool/hooks.refused, the rest goes on, and forward-spool sends it again.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    import subprocess
+    import sys
+
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    proxy = _SizeLimitedProxy(f"127.0.0.1:{srv.port}")
+    laptop = tmp_path / "laptop"
+    big = prompt(1).replace(b"forwarded prompt 1", b"forwarded prompt 1 " + b"y" * (2 << 20))
+    ok = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        env = {"HOOKLEDGER_URL": f"http://{ip}:{proxy.port}", "HOOKLEDGER_TOKEN": TOKEN}
+        outs = [run_hook(laptop, body, env) for body in (prompt(0), big, prompt(2), prompt(3))]
+        assert all(o.returncode == 0 and o.stdout.strip() == b"{}" for o in outs), outs
+        assert b"(HTTP 413); kept in" in outs[1].stderr, outs[1]
+        remote = f"http://{ip}:{srv.port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_prompts(remote, headers=ok)) < 3:
+            time.sleep(0.05)
+        assert _prompts(remote, headers=ok) == [
+            "forwarded prompt 0", "forwarded prompt 2", "forwarded prompt 3"
+        ]
+        assert _spooled(laptop / "spool") == [hook_fast.REFUSED_FILE]
+        kept = (laptop / "spool" / hook_fast.REFUSED_FILE).read_bytes()
+        assert kept.startswith(b"HLJ1 ") and kept.endswith(big + b"\n")
+
+        # The proxy's limit raised (here: the server without it): forward-spool sends it.
+        base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+        out = subprocess.run(
+            [sys.executable, "-m", "api.cli", "--data-dir", str(laptop), "forward-spool",
+             "--url", remote], env={**base, "HOOKLEDGER_TOKEN": TOKEN},
+            capture_output=True, timeout=120,
+        )
+        assert out.returncode == 0 and b"spool empty" in out.stdout, out
+        assert sorted(p[:18] for p in _prompts(remote, headers=ok)) == [
+            f"forwarded prompt {n}" for n in range(4)
+        ]
+    finally:
+        proxy.close()
+        srv.stop()
+    got = event_keys(Settings(tmp_path / "server"))
+    assert sum(1 for k in got if k[1] == "PromptSubmitted") == 4
+    assert max(got.values()) == 1

@@ -60,6 +60,10 @@ JOURNAL = "hooks.journal"
 MAGIC = b"HLJ1"
 JOURNAL_CONTENT_TYPE = "application/x-hookledger-journal"
 FORWARD_LOCK = "forward.lock"
+REFUSED_FILE = "hooks.refused"
+"""Journal records that something in front of the server refused for their size (a
+proxy's 413, e.g. nginx's default 1 MiB limit), kept here so they do not hold up every
+later record; ``hookledger forward-spool`` sends them again, ``doctor`` lists them."""
 FORWARD_PIECE_BYTES = 1 << 20
 """Journal bytes per ``POST /v1/journal`` when forwarding; a larger record goes alone."""
 FORWARD_TIMEOUT_S = 60.0
@@ -548,12 +552,15 @@ def http(
     cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     conn = cls(hostport, timeout=timeout)
     try:
-        conn.request(
-            method,
-            ("/" + base if base else "") + path,
-            body=body,
-            headers={**headers, **_headers()},
-        )
+        try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+            conn.request(
+                method,
+                ("/" + base if base else "") + path,
+                body=body,
+                headers={**headers, **_headers()},
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered, and closed, before the whole body was sent (a proxy's 413)
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -660,7 +667,11 @@ def forward_spool(
     Returns (bytes forwarded, whether the spool is now empty). Stops, keeping what is
     left, at the first piece the server did not take: anything but a 202 or
     hookledger's own 400/413 (``"rejected":``: it kept the bytes as rejected input), e.g.
-    unreachable, 5xx, 401/403, or a 4xx from something that is not hookledger.
+    unreachable, 5xx, 401/403, or a 4xx from something that is not hookledger. Only a
+    413 from something in front of the server (a proxy's body size limit) does not
+    stop it: the piece's records are sent one by one, and one still refused is kept in
+    :data:`REFUSED_FILE` (:func:`retry_refused` puts it back in line), so one large
+    payload does not hold up every later one.
 
     Raises:
         OSError: the spool directory cannot be read or changed.
@@ -724,9 +735,12 @@ def _forward_once(
         except FileNotFoundError:  # a server on this data directory drained it
             continue
         pos = _read_offset(aside + ".sent")
+        alone = False  # one record per piece, after a proxy refused a piece's size
         while pos < len(data):
             end = record_end(data, pos)  # a larger record goes alone
-            while end < len(data) and (nxt := record_end(data, end)) - pos <= FORWARD_PIECE_BYTES:
+            while not alone and end < len(data) and (
+                (nxt := record_end(data, end)) - pos <= FORWARD_PIECE_BYTES
+            ):
                 end = nxt
             left = timeout if deadline is None else min(timeout, deadline - time.monotonic())
             if left <= 0:
@@ -737,7 +751,14 @@ def _forward_once(
                 return sent, LATE
             except Exception:
                 return sent, REFUSED
-            if status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
+            if status == 413 and b'"rejected":' not in answer:  # not hookledger's 413
+                if end != record_end(data, pos):
+                    alone = True  # its records one by one: only a large one is refused
+                    continue
+                _keep_refused(spool_dir, data[pos:end])
+                say(f"a record of {end - pos} bytes was refused for its size by something "
+                    f"in front of {url} (HTTP 413); kept in {spool_dir}/{REFUSED_FILE}")
+            elif status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
                 return sent, REFUSED
             sent += end - pos
             pos = end
@@ -749,6 +770,28 @@ def _forward_once(
             except FileNotFoundError:
                 pass
     return sent, DONE
+
+
+def _keep_refused(spool_dir: str, record: bytes) -> None:
+    """Append ``record`` to :data:`REFUSED_FILE` (then ``fdatasync``)."""
+    fd = os.open(spool_dir + "/" + REFUSED_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        view = memoryview(record)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def retry_refused(spool_dir: str) -> None:
+    """Put :data:`REFUSED_FILE` back in line to be forwarded (an aside file), e.g. after
+    the proxy's limit was raised."""
+    try:  # noqa: SIM105
+        os.rename(spool_dir + "/" + REFUSED_FILE,
+                  spool_dir + "/" + JOURNAL + "." + uuid7().replace("-", "") + ".aside")
+    except FileNotFoundError:
+        pass
 
 
 def forward_in_background(url: str, spool_dir: str) -> None:
