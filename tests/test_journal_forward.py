@@ -503,3 +503,31 @@ def test_a_record_a_proxy_refuses_for_its_size_does_not_hold_up_later_ones(
     got = event_keys(Settings(tmp_path / "server"))
     assert sum(1 for k in got if k[1] == "PromptSubmitted") == 4
     assert max(got.values()) == 1
+
+
+def test_a_remote_hook_offline_keeps_one_journal_not_a_file_per_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every remote hook renamed the journal aside before trying the server, so while it
+    # was unreachable each call left one more aside file, and every later call listed
+    # and stat'ed them all. Aside files left by a forward that stopped go first now.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    laptop = tmp_path / "laptop"
+    env = {"HOOKLEDGER_URL": f"http://{ip}:{free_port()}", "HOOKLEDGER_TOKEN": TOKEN}
+    for n in range(6):
+        out = run_hook(laptop, prompt(n), env)
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+    spooled = _spooled(laptop / "spool")
+    assert len(spooled) == 2 and JOURNAL in spooled, spooled
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    try:
+        remote = f"http://{ip}:{srv.port}"
+        monkeypatch.setenv("HOOKLEDGER_TOKEN", TOKEN)  # forward_spool, in this process
+        assert forward_spool(remote, str(laptop / "spool"))[1]
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        assert _prompts(remote, headers=ok) == [f"forwarded prompt {n}" for n in range(6)]
+    finally:
+        srv.stop()

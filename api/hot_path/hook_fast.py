@@ -655,7 +655,8 @@ def forward_spool(
     pieces of about :data:`FORWARD_PIECE_BYTES` cut at record boundaries) and delete it.
 
     Same hand-over as the server's own drain (:mod:`ledger.journal`): the journal is
-    renamed aside, then read under its ``flock``. Progress within an aside file is kept
+    renamed aside (once the aside files left by an earlier forward are sent), then read
+    under its ``flock``. Progress within an aside file is kept
     in ``<aside>.sent`` (the byte offset sent so far), so a forward cut off part-way
     (even by SIGKILL) resumes there; a piece sent twice appends nothing twice (capture
     keys). One forwarder at a time (``forward.lock``; a second returns at once, and the
@@ -716,17 +717,22 @@ def forward(
 def _forward_once(
     url: str, spool_dir: str, timeout: float, deadline: float | None
 ) -> tuple[int, str]:
-    """One pass of :func:`forward` under ``forward.lock``: the journal renamed aside,
-    then every aside file sent and deleted."""
-    path = spool_dir + "/" + JOURNAL
-    try:
-        if os.stat(path).st_size > 0:
-            os.rename(path, path + "." + uuid7().replace("-", "") + ".aside")
-    except FileNotFoundError:
-        pass
+    """One pass of :func:`forward` under ``forward.lock``: every aside file sent and
+    deleted; when there is none (left by a forward that stopped), the journal renamed
+    aside first. So while the server is unreachable the journal grows as one file,
+    rather than one aside file per hook call."""
+    names = _aside_names(spool_dir)
+    if not names:
+        path = spool_dir + "/" + JOURNAL
+        try:
+            if os.stat(path).st_size > 0:
+                os.rename(path, path + "." + uuid7().replace("-", "") + ".aside")
+                names = _aside_names(spool_dir)
+        except FileNotFoundError:
+            pass
     sent = 0
     headers = {"Content-Type": JOURNAL_CONTENT_TYPE}
-    for name in _aside_names(spool_dir):
+    for name in names:
         aside = spool_dir + "/" + name
         try:
             with open(aside, "rb") as f:
@@ -757,7 +763,7 @@ def _forward_once(
                     continue
                 _keep_refused(spool_dir, data[pos:end])
                 say(f"a record of {end - pos} bytes was refused for its size by something "
-                    f"in front of {url} (HTTP 413); kept in {spool_dir}/{REFUSED_FILE}")
+                    f"in front of the server (HTTP 413); kept in {spool_dir}/{REFUSED_FILE}")
             elif status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
                 return sent, REFUSED
             sent += end - pos
