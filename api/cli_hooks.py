@@ -89,7 +89,7 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
         load_settings,
         settings_path,
     )
-    from api.hot_path.hook_fast import DEFAULT_URL, http, is_loopback_host
+    from api.hot_path.hook_fast import DEFAULT_URL, REFUSED_FILE, http, is_loopback_host
     from ledger.journal import JOURNAL
 
     command = _command(ctx, None)
@@ -142,7 +142,7 @@ def doctor(ctx: click.Context, as_json: bool, url: str | None) -> None:
 
     spool_dir: Path = settings.data_dir / "spool"
     def holds_records(p: Path) -> bool:
-        if p.name.endswith(".aside"):
+        if p.name.endswith(".aside") or p.name == REFUSED_FILE:
             return True
         try:  # the server may have renamed it aside since the listing: drained
             return p.name == JOURNAL and p.stat().st_size > 0
@@ -181,15 +181,20 @@ def forward_spool_cmd(ctx: click.Context, url: str | None) -> None:
     """Send the hook spool to a (remote) server now; exit 1 if some is left.
 
     What a remote hook spooled while the server was unreachable goes to
-    POST /v1/journal in pieces of about 1 MiB (the hooks also do this by themselves, in
-    the background, after their next successful POST). Sending twice appends nothing
-    twice."""
-    from api.hot_path.hook_fast import DEFAULT_URL, forward_spool
+    POST /v1/journal in pieces of about 1 MiB (every remote hook also does this by
+    itself, after journalling its payload). Sending twice appends nothing twice.
+    Records a proxy in front of the server refused for their size (HTTP 413), kept in
+    spool/hooks.refused, are sent again too."""
+    from api.hot_path.hook_fast import DEFAULT_URL, REFUSED_FILE, forward_spool, retry_refused
 
     target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
     spool_dir = ctx.obj["settings"].data_dir / "spool"
+    retry_refused(str(spool_dir))
     sent, done = forward_spool(target, str(spool_dir))
+    refused = (spool_dir / REFUSED_FILE).exists()
     click.echo(f"forwarded {sent} bytes to {target}; spool "
-               + ("empty" if done else "NOT empty (server unreachable or refused, or another "
-                  "forwarder is running)"))
-    ctx.exit(0 if done else 1)
+               + ("empty" if done and not refused else "NOT empty (" + (
+                   f"{REFUSED_FILE}: refused for their size by something in front of the server"
+                   if done else "server unreachable or refused, or another forwarder is running"
+               ) + ")"))
+    ctx.exit(0 if done and not refused else 1)

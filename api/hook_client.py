@@ -1,8 +1,8 @@
 """``hookledger hook <agent>``: the readable entry point of the hook client.
 
 Same logic as the hot path :mod:`api.hot_path.hook_fast` (which ``install-hooks`` writes, run
-with ``python -S`` for speed): the payload on stdin is journalled (local server) or
-POSTed with ``<private>`` content removed (remote ``HOOKLEDGER_URL``), ``SessionStart``
+with ``python -S`` for speed): the payload on stdin, ``<private>`` content removed, is
+journalled, then (remote ``HOOKLEDGER_URL``) the journal is forwarded, ``SessionStart``
 gets context from the server; always prints valid hook output and exits 0.
 """
 
@@ -22,7 +22,8 @@ def run(
     failure to capture: the reason goes to stderr).
 
     ``agent``: ``claude-code``, ``codex``, ``gemini``, ``cursor`` or ``openclaw`` (another
-    name is journalled too, and the server keeps it as rejected input). ``stdin`` (default:
+    name is journalled too, the server keeps it as rejected input with the reason, and
+    stderr says so). ``stdin`` (default:
     read standard input): the agent's hook payload, one JSON object as the agent sends
     it (docs/agents.md, ``shared/research/FORMATS.md`` A1 for Claude Code). ``data_dir``:
     where the local spool lives; ``url``: the server (default ``HOOKLEDGER_URL``, else

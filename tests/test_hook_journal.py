@@ -523,3 +523,46 @@ def test_journalled_private_removals_are_recorded_and_bad_ones_never_block(
         "bulk prompt 2": [],
     }
     assert not list(spool.iterdir())
+
+
+def test_hot_path_agents_are_the_servers() -> None:
+    from api.hot_path import hook_fast
+    from ledger.ingest import HOOK_PARSERS
+
+    assert tuple(sorted(HOOK_PARSERS)) == hook_fast.AGENTS
+
+
+def test_an_unknown_agent_is_said_on_stderr_and_kept_as_rejected_input(
+    settings: Settings,
+) -> None:
+    # `hookledger hook claud-code` (a typo in the agent's settings) and the fast hook
+    # with that name said nothing: exit 0, `{}`, and the payload became rejected input
+    # only the server's log showed, so every hook of that agent went on missing silently.
+    from ledger.quarantine import quarantine_id
+
+    from conftest import cli
+
+    body = _prompt(1, 1)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    fast = subprocess.run(
+        [PYTHON, "-S", str(HOOK_RUN), "claud-code", str(settings.data_dir)],
+        input=body, capture_output=True, timeout=60, env=base,
+    )
+    slow = cli(settings, "hook", "claud-code", stdin=body, check=False)
+    for out in (fast, slow):
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+        assert out.stderr.decode().startswith(
+            "hookledger hook: unknown agent 'claud-code' (known: claude-code, codex, cursor,"
+        ), out.stderr
+    good = run_hook(settings.data_dir, _prompt(1, 2))
+    assert good.returncode == 0 and good.stderr == b"", good
+
+    stats = _drained_stats(settings, settings.data_dir / "spool")
+    assert stats["rejected"] == 2 and stats["prompts"] == 1
+    services = build(settings)
+    try:
+        kept = list(services.ledger.events.get(quarantine_id("hook:claud-code")))[1:]
+    finally:
+        services.close()
+    assert [e.reason.split(" (")[0] for e in kept] == ["unknown agent 'claud-code'"] * 2
+    assert [e.text.encode() for e in kept] == [body, body]

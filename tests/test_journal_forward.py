@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +18,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 from test_access import TOKEN, non_loopback_ip
-from test_hook_journal import event_keys, fixture_payloads, run_hook
+from test_hook_journal import HOOK_RUN, PYTHON, event_keys, fixture_payloads, run_hook
 
 from api.app import create_app
 from api.bootstrap import build
@@ -97,6 +100,8 @@ def test_post_journal_records_every_payload_once(settings: Settings, tmp_path: P
 
 
 def _spooled(spool: Path) -> list[str]:
+    if not spool.exists():
+        return []
     return sorted(p.name for p in spool.iterdir() if p.name != hook_fast.FORWARD_LOCK)
 
 
@@ -153,7 +158,7 @@ def test_remote_hook_forwards_what_it_spooled_once_the_server_is_back(tmp_path: 
     for n in range(5):  # the server is down
         out = run_hook(laptop, prompt(n), env)
         assert out.returncode == 0 and out.stdout.strip() == b"{}", out
-    assert (laptop / "spool" / JOURNAL).stat().st_size > 0
+    assert hook_fast.spool_pending(str(laptop / "spool"))  # the journal, or set aside
 
     srv.start()
     try:
@@ -279,7 +284,7 @@ def test_a_server_url_without_a_scheme_is_plain_http(
     laptop = tmp_path / "laptop"
     env = {"HOOKLEDGER_URL": f"{ip}:{srv.port}", "HOOKLEDGER_TOKEN": TOKEN}
     out = run_hook(laptop, prompt(0), env)  # the server is down: spooled
-    assert out.returncode == 0 and (laptop / "spool" / JOURNAL).stat().st_size > 0
+    assert out.returncode == 0 and hook_fast.spool_pending(str(laptop / "spool"))
     srv.start()
     monkeypatch.setenv("HOOKLEDGER_TOKEN", TOKEN)  # forward_spool, here in this process
     try:
@@ -291,5 +296,238 @@ def test_a_server_url_without_a_scheme_is_plain_http(
         assert _prompts(f"http://{ip}:{srv.port}", headers=ok) == [
             "forwarded prompt 0", "forwarded prompt 1"
         ]
+    finally:
+        srv.stop()
+
+
+def _request(conn: socket.socket) -> bytes:
+    """One HTTP request's bytes as they came over the wire (headers and body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_remote_hook_killed_mid_post_loses_nothing(tmp_path: Path) -> None:
+    # The hook POSTed first and journalled only when the POST failed: a server that
+    # accepts the connection and never answers (or a DNS lookup that hangs) keeps the
+    # hook waiting, the agent kills it after its own timeout, and the payload was gone.
+    # Now it is journalled (fsync) before anything is sent, then forwarded from there.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    laptop = tmp_path / "laptop"
+    secret = b"the words that stay on this laptop"
+    body = prompt(0).replace(b"forwarded prompt 0", b"forwarded prompt 0<private>" + secret + b"</private>")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+    with socket.socket() as hang:  # accepts, reads, never answers
+        hang.bind(("0.0.0.0", 0))
+        hang.listen()
+        hang.settimeout(60)
+        env = {**base, "HOOKLEDGER_URL": f"http://{ip}:{hang.getsockname()[1]}",
+               "HOOKLEDGER_TOKEN": TOKEN}
+        hook = subprocess.Popen([PYTHON, "-S", str(HOOK_RUN), "claude-code", str(laptop)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+        try:
+            assert hook.stdin is not None
+            hook.stdin.write(body)
+            hook.stdin.close()
+            conn, _ = hang.accept()
+            with conn:
+                conn.settimeout(60)
+                wire = _request(conn)
+                hook.kill()  # mid-POST: the request is sent, the answer never comes
+                hook.wait(timeout=60)
+        finally:
+            if hook.poll() is None:
+                hook.kill()
+                hook.wait()
+    assert hook.returncode == -signal.SIGKILL
+    assert secret not in wire and b"[private]" in wire, wire
+    assert f"Authorization: Bearer {TOKEN}".encode() in wire
+
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    remote = f"http://{ip}:{srv.port}"
+    try:
+        out = run_hook(laptop, prompt(1), {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": TOKEN})
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_prompts(remote, headers=ok)) < 2:
+            time.sleep(0.05)
+        while time.monotonic() < deadline and _spooled(laptop / "spool"):
+            time.sleep(0.05)
+        assert _spooled(laptop / "spool") == []
+        assert sorted(_prompts(remote, headers=ok)) == [
+            "forwarded prompt 0[private]", "forwarded prompt 1"
+        ]
+    finally:
+        srv.stop()
+    got = event_keys(Settings(tmp_path / "server"))
+    assert sum(1 for k in got if k[1] == "PromptSubmitted") == 2
+    assert max(got.values()) == 1
+
+
+def test_a_remote_hook_whose_journal_cannot_be_written_sends_directly(tmp_path: Path) -> None:
+    # Journal first must not make a remote hook depend on its disk: with no journal to
+    # write (disk full; here a file where the data directory should be), the payload is
+    # POSTed as before, and stderr says it was not spooled.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the data dir should be")
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    remote = f"http://{ip}:{srv.port}"
+    try:
+        out = run_hook(blocked, prompt(0), {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": TOKEN})
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+        assert b"not spooled" in out.stderr and b"sent directly" in out.stderr, out
+        assert _prompts(remote, headers={"Authorization": f"Bearer {TOKEN}"}) == [
+            "forwarded prompt 0"
+        ]
+    finally:
+        srv.stop()
+
+
+class _SizeLimitedProxy:
+    """A reverse proxy in front of the server that answers its own 413 to a body over
+    1 MiB without reading it (nginx's default ``client_max_body_size 1m``)."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, upstream: str) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        limit = self.LIMIT
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                size = int(self.headers.get("Content-Length") or 0)
+                if size > limit:
+                    page = b"<html><h1>413 Request Entity Too Large</h1></html>"
+                    self.send_response(413)
+                    self.send_header("Content-Length", str(len(page)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
+                up = http.client.HTTPConnection(upstream, timeout=60)
+                up.request("POST", self.path, self.rfile.read(size),
+                           {k: v for k, v in self.headers.items() if k.lower() != "host"})
+                answer = up.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                self.send_header("Content-Type", answer.getheader("Content-Type") or "")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_record_a_proxy_refuses_for_its_size_does_not_hold_up_later_ones(
+    tmp_path: Path,
+) -> None:
+    # Journal first put every later payload behind the spool's oldest record: one that a
+    # proxy in front of the server refuses for its size (a large tool output past
+    # nginx's 1 MiB default) held up every later hook for good. It is now kept in
+    # spool/hooks.refused, the rest goes on, and forward-spool sends it again.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    import subprocess
+    import sys
+
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    proxy = _SizeLimitedProxy(f"127.0.0.1:{srv.port}")
+    laptop = tmp_path / "laptop"
+    big = prompt(1).replace(b"forwarded prompt 1", b"forwarded prompt 1 " + b"y" * (2 << 20))
+    ok = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        env = {"HOOKLEDGER_URL": f"http://{ip}:{proxy.port}", "HOOKLEDGER_TOKEN": TOKEN}
+        outs = [run_hook(laptop, body, env) for body in (prompt(0), big, prompt(2), prompt(3))]
+        assert all(o.returncode == 0 and o.stdout.strip() == b"{}" for o in outs), outs
+        assert b"(HTTP 413); kept in" in outs[1].stderr, outs[1]
+        remote = f"http://{ip}:{srv.port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_prompts(remote, headers=ok)) < 3:
+            time.sleep(0.05)
+        assert _prompts(remote, headers=ok) == [
+            "forwarded prompt 0", "forwarded prompt 2", "forwarded prompt 3"
+        ]
+        assert _spooled(laptop / "spool") == [hook_fast.REFUSED_FILE]
+        kept = (laptop / "spool" / hook_fast.REFUSED_FILE).read_bytes()
+        assert kept.startswith(b"HLJ1 ") and kept.endswith(big + b"\n")
+
+        # The proxy's limit raised (here: the server without it): forward-spool sends it.
+        base = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLEDGER_")}
+        out = subprocess.run(
+            [sys.executable, "-m", "api.cli", "--data-dir", str(laptop), "forward-spool",
+             "--url", remote], env={**base, "HOOKLEDGER_TOKEN": TOKEN},
+            capture_output=True, timeout=120,
+        )
+        assert out.returncode == 0 and b"spool empty" in out.stdout, out
+        assert sorted(p[:18] for p in _prompts(remote, headers=ok)) == [
+            f"forwarded prompt {n}" for n in range(4)
+        ]
+    finally:
+        proxy.close()
+        srv.stop()
+    got = event_keys(Settings(tmp_path / "server"))
+    assert sum(1 for k in got if k[1] == "PromptSubmitted") == 4
+    assert max(got.values()) == 1
+
+
+def test_a_remote_hook_offline_keeps_one_journal_not_a_file_per_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every remote hook renamed the journal aside before trying the server, so while it
+    # was unreachable each call left one more aside file, and every later call listed
+    # and stat'ed them all. Aside files left by a forward that stopped go first now.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    laptop = tmp_path / "laptop"
+    env = {"HOOKLEDGER_URL": f"http://{ip}:{free_port()}", "HOOKLEDGER_TOKEN": TOKEN}
+    for n in range(6):
+        out = run_hook(laptop, prompt(n), env)
+        assert out.returncode == 0 and out.stdout.strip() == b"{}", out
+    spooled = _spooled(laptop / "spool")
+    assert len(spooled) == 2 and JOURNAL in spooled, spooled
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0")
+    srv.start()
+    try:
+        remote = f"http://{ip}:{srv.port}"
+        monkeypatch.setenv("HOOKLEDGER_TOKEN", TOKEN)  # forward_spool, in this process
+        assert forward_spool(remote, str(laptop / "spool"))[1]
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        assert _prompts(remote, headers=ok) == [f"forwarded prompt {n}" for n in range(6)]
     finally:
         srv.stop()

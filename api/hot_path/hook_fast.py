@@ -19,13 +19,16 @@ payload on stdin and, always printing valid hook output and exiting 0:
   ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``
   (context at most 10,000 characters), so no JSON library is loaded unless a value holds
   an escape. ``{}`` when the server does not answer. The payload is journalled first.
-* Remote server (``HOOKLEDGER_URL`` not loopback): the payload is POSTed to
-  ``/v1/hooks/<agent>``, the redactions made here in the header
-  ``X-Hookledger-Redactions`` (same JSON as in a journal record); when unreachable (or a
-  5xx, 401, 403) it is journalled. After a POST the server took, a spool that still
-  holds payloads is forwarded by a detached background process
-  (:func:`forward_in_background`, :func:`forward_spool`: ``POST /v1/journal`` in pieces
-  of about 1 MiB, idempotent by capture key), so the hook itself never waits for it.
+* Remote server (``HOOKLEDGER_URL`` not loopback): the payload is journalled the same
+  way first (so a hook killed while it waits on the network loses nothing), then the
+  spool is forwarded (:func:`deliver`, :func:`forward`: ``POST /v1/journal`` in pieces
+  of about 1 MiB, idempotent by capture key, one forwarder at a time, resumable) and
+  trimmed, within :data:`POST_TIMEOUT_S`. Out of time (a slow server, a large
+  backlog), a detached background process (:func:`forward_in_background`) goes on, so
+  the hook itself never waits for it; unreachable or refused (5xx, 401, 403), the spool
+  waits for the next hook (or ``hookledger forward-spool``). A journal that cannot be
+  written (disk full): the payload is POSTed to ``/v1/hooks/<agent>`` directly
+  (:func:`post_hook`).
 
 ``HOOKLEDGER_TOKEN``, when set, is sent as ``Authorization: Bearer <token>``.
 
@@ -49,10 +52,18 @@ import sys
 import time
 
 DEFAULT_URL = "http://127.0.0.1:8765"
+AGENTS = ("claude-code", "codex", "cursor", "gemini", "openclaw")
+"""The agents whose hook payloads the server parses (:data:`ledger.ingest.HOOK_PARSERS`;
+tests/test_hook_journal.py keeps them equal). Another name is still captured, and the
+server keeps the payload as rejected input with the reason; the hook says so on stderr."""
 JOURNAL = "hooks.journal"
 MAGIC = b"HLJ1"
 JOURNAL_CONTENT_TYPE = "application/x-hookledger-journal"
 FORWARD_LOCK = "forward.lock"
+REFUSED_FILE = "hooks.refused"
+"""Journal records that something in front of the server refused for their size (a
+proxy's 413, e.g. nginx's default 1 MiB limit), kept here so they do not hold up every
+later record; ``hookledger forward-spool`` sends them again, ``doctor`` lists them."""
 FORWARD_PIECE_BYTES = 1 << 20
 """Journal bytes per ``POST /v1/journal`` when forwarding; a larger record goes alone."""
 FORWARD_TIMEOUT_S = 60.0
@@ -541,12 +552,15 @@ def http(
     cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     conn = cls(hostport, timeout=timeout)
     try:
-        conn.request(
-            method,
-            ("/" + base if base else "") + path,
-            body=body,
-            headers={**headers, **_headers()},
-        )
+        try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+            conn.request(
+                method,
+                ("/" + base if base else "") + path,
+                body=body,
+                headers={**headers, **_headers()},
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered, and closed, before the whole body was sent (a proxy's 413)
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -562,7 +576,9 @@ def post_hook(
     so the payload is journalled, for anything else: unreachable, 5xx, 401/403, or a
     4xx from something that is not hookledger (a wrong base path, a proxy's 413).
     ``redactions``: :func:`encode_redactions` of what was removed here, sent as
-    ``X-Hookledger-Redactions``."""
+    ``X-Hookledger-Redactions``. The hook uses it only when its journal cannot be written
+    (disk full, say): it journals first and forwards the journal (:func:`deliver`), so a
+    hook killed mid-request loses nothing."""
     headers = {
         "Content-Type": "application/json",
         "X-Hookledger-Capture-Key": key,
@@ -626,69 +642,162 @@ def _read_offset(path: str) -> int:
         return 0
 
 
-def forward_spool(url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S) -> tuple[int, bool]:
+DONE, BUSY, REFUSED, LATE = "done", "busy", "refused", "late"
+"""How a forward ended (:func:`forward`): the spool is empty; another forwarder holds
+``forward.lock``; the server is unreachable or refused a piece; out of time (the time
+budget ran out, or a request timed out: a slow server, or a large piece)."""
+
+
+def forward_spool(
+    url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S, budget: float | None = None
+) -> tuple[int, bool]:
     """Send everything ``spool_dir`` holds to the server at ``url`` (``POST /v1/journal``,
     pieces of about :data:`FORWARD_PIECE_BYTES` cut at record boundaries) and delete it.
 
     Same hand-over as the server's own drain (:mod:`ledger.journal`): the journal is
-    renamed aside, then read under its ``flock``. Progress within an aside file is kept
+    renamed aside (once the aside files left by an earlier forward are sent), then read
+    under its ``flock``. Progress within an aside file is kept
     in ``<aside>.sent`` (the byte offset sent so far), so a forward cut off part-way
-    resumes there; a piece sent twice appends nothing twice (capture keys). One
-    forwarder at a time (``forward.lock``; a second returns at once).
+    (even by SIGKILL) resumes there; a piece sent twice appends nothing twice (capture
+    keys). One forwarder at a time (``forward.lock``; a second returns at once, and the
+    first, once it has released the lock, sends what was journalled meanwhile).
+
+    ``timeout``: seconds per request (each socket operation of it); ``budget``: seconds
+    for the whole forward (None: no limit); no piece is started after it ran out.
 
     Returns (bytes forwarded, whether the spool is now empty). Stops, keeping what is
     left, at the first piece the server did not take: anything but a 202 or
     hookledger's own 400/413 (``"rejected":``: it kept the bytes as rejected input), e.g.
-    unreachable, 5xx, 401/403, or a 4xx from something that is not hookledger.
+    unreachable, 5xx, 401/403, or a 4xx from something that is not hookledger. Only a
+    413 from something in front of the server (a proxy's body size limit) does not
+    stop it: the piece's records are sent one by one, and one still refused is kept in
+    :data:`REFUSED_FILE` (:func:`retry_refused` puts it back in line), so one large
+    payload does not hold up every later one.
 
     Raises:
         OSError: the spool directory cannot be read or changed.
     """
-    try:
-        lock = os.open(spool_dir + "/" + FORWARD_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-    except FileNotFoundError:
-        return 0, True  # no spool directory: nothing was ever spooled
-    try:
+    sent, state = forward(url, spool_dir, timeout, budget)
+    return sent, state == DONE
+
+
+def forward(
+    url: str, spool_dir: str, timeout: float = FORWARD_TIMEOUT_S, budget: float | None = None
+) -> tuple[int, str]:
+    """:func:`forward_spool`, saying how it ended: (bytes forwarded, :data:`DONE`,
+    :data:`BUSY`, :data:`REFUSED` or :data:`LATE`).
+
+    Raises:
+        OSError: the spool directory cannot be read or changed.
+    """
+    deadline = None if budget is None else time.monotonic() + budget
+    sent = 0
+    while True:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return 0, False  # another forwarder is at it
+            lock = os.open(spool_dir + "/" + FORWARD_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:
+            return sent, DONE  # no spool directory: nothing was ever spooled
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return sent, BUSY  # another forwarder is at it
+            n, state = _forward_once(url, spool_dir, timeout, deadline)
+        finally:
+            os.close(lock)
+        sent += n
+        # A hook that journalled while the lock was held, and found it held, left its
+        # record to this forwarder: checked after the release, so none is stranded.
+        if state != DONE or not spool_pending(spool_dir):
+            return sent, state
+        if deadline is not None and time.monotonic() >= deadline:
+            return sent, LATE
+
+
+def _forward_once(
+    url: str, spool_dir: str, timeout: float, deadline: float | None
+) -> tuple[int, str]:
+    """One pass of :func:`forward` under ``forward.lock``: every aside file sent and
+    deleted; when there is none (left by a forward that stopped), the journal renamed
+    aside first. So while the server is unreachable the journal grows as one file,
+    rather than one aside file per hook call."""
+    names = _aside_names(spool_dir)
+    if not names:
         path = spool_dir + "/" + JOURNAL
         try:
             if os.stat(path).st_size > 0:
                 os.rename(path, path + "." + uuid7().replace("-", "") + ".aside")
+                names = _aside_names(spool_dir)
         except FileNotFoundError:
             pass
-        sent = 0
-        headers = {"Content-Type": JOURNAL_CONTENT_TYPE}
-        for name in _aside_names(spool_dir):
-            aside = spool_dir + "/" + name
+    sent = 0
+    headers = {"Content-Type": JOURNAL_CONTENT_TYPE}
+    for name in names:
+        aside = spool_dir + "/" + name
+        try:
             with open(aside, "rb") as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # wait for a hook mid-write
                 data = f.read()
-            pos = _read_offset(aside + ".sent")
-            while pos < len(data):
-                end = record_end(data, pos)  # a larger record goes alone
-                while end < len(data) and (nxt := record_end(data, end)) - pos <= FORWARD_PIECE_BYTES:
-                    end = nxt
-                try:
-                    status, answer = http("POST", url, "/v1/journal", data[pos:end], headers, timeout)
-                except Exception:
-                    return sent, False
-                if status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
-                    return sent, False
-                sent += end - pos
-                pos = end
-                with open(aside + ".sent", "wb") as f:
-                    f.write(b"%d" % pos)
-            os.unlink(aside)
+        except FileNotFoundError:  # a server on this data directory drained it
+            continue
+        pos = _read_offset(aside + ".sent")
+        alone = False  # one record per piece, after a proxy refused a piece's size
+        while pos < len(data):
+            end = record_end(data, pos)  # a larger record goes alone
+            while not alone and end < len(data) and (
+                (nxt := record_end(data, end)) - pos <= FORWARD_PIECE_BYTES
+            ):
+                end = nxt
+            left = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if left <= 0:
+                return sent, LATE
+            try:
+                status, answer = http("POST", url, "/v1/journal", data[pos:end], headers, left)
+            except TimeoutError:
+                return sent, LATE
+            except Exception:
+                return sent, REFUSED
+            if status == 413 and b'"rejected":' not in answer:  # not hookledger's 413
+                if end != record_end(data, pos):
+                    alone = True  # its records one by one: only a large one is refused
+                    continue
+                _keep_refused(spool_dir, data[pos:end])
+                say(f"a record of {end - pos} bytes was refused for its size by something "
+                    f"in front of the server (HTTP 413); kept in {spool_dir}/{REFUSED_FILE}")
+            elif status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
+                return sent, REFUSED
+            sent += end - pos
+            pos = end
+            with open(aside + ".sent", "wb") as f:
+                f.write(b"%d" % pos)
+        for done in (aside, aside + ".sent"):  # the server may have deleted both
             try:  # noqa: SIM105 (contextlib costs an import on the hot path)
-                os.unlink(aside + ".sent")
+                os.unlink(done)
             except FileNotFoundError:
                 pass
-        return sent, True
+    return sent, DONE
+
+
+def _keep_refused(spool_dir: str, record: bytes) -> None:
+    """Append ``record`` to :data:`REFUSED_FILE` (then ``fdatasync``)."""
+    fd = os.open(spool_dir + "/" + REFUSED_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        view = memoryview(record)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fdatasync(fd)
     finally:
-        os.close(lock)
+        os.close(fd)
+
+
+def retry_refused(spool_dir: str) -> None:
+    """Put :data:`REFUSED_FILE` back in line to be forwarded (an aside file), e.g. after
+    the proxy's limit was raised."""
+    try:  # noqa: SIM105
+        os.rename(spool_dir + "/" + REFUSED_FILE,
+                  spool_dir + "/" + JOURNAL + "." + uuid7().replace("-", "") + ".aside")
+    except FileNotFoundError:
+        pass
 
 
 def forward_in_background(url: str, spool_dir: str) -> None:
@@ -710,6 +819,30 @@ def forward_in_background(url: str, spool_dir: str) -> None:
                 pass
     finally:
         os._exit(0)
+
+
+def deliver(url: str, spool_dir: str) -> None:
+    """Remote mode, after the payload was journalled: :func:`forward` the spool to the
+    server within :data:`POST_TIMEOUT_S` (each request, and the whole). Out of time
+    (a slow server, a large backlog or record): the rest goes on in the background
+    (:func:`forward_in_background`). Unreachable or refused (5xx, 401/403): the spool
+    waits for the next hook. Another forwarder running: it takes this record too.
+    Never raises: a failure is written to stderr, the record stays in the spool."""
+    try:
+        state = forward(url, spool_dir, POST_TIMEOUT_S, POST_TIMEOUT_S)[1]
+        if state == LATE:
+            forward_in_background(url, spool_dir)
+    except Exception as e:
+        say(f"spooled, not forwarded: {e}")
+
+
+def say(message: str) -> None:
+    """``hookledger hook: <message>`` on stderr (which the agent shows or logs); never
+    raises."""
+    try:  # noqa: SIM105 (contextlib costs an import on the hot path)
+        sys.stderr.write(f"hookledger hook: {message}\n")
+    except Exception:
+        pass
 
 
 def session_start_output(url: str, body: bytes) -> str:
@@ -742,6 +875,11 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
     Raises:
         OSError: the payload could not be journalled (:func:`main` still exits 0).
     """
+    if agent not in AGENTS:
+        say(
+            f"unknown agent {agent!r} (known: {', '.join(AGENTS)}): the payload is kept, "
+            "as rejected input, not as events"
+        )
     key = uuid7()
     at = now_iso()
     target = (url or os.environ.get("HOOKLEDGER_URL") or DEFAULT_URL).rstrip("/")
@@ -755,10 +893,15 @@ def handle(agent: str, data_dir: str, body: bytes, url: str | None = None) -> st
             removed = [{**r, "path": _redact_path(r["path"])} for r in removed]
         removed += secrets
     redactions = encode_redactions(removed)
-    if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):
+    try:
         journal_append(spool, record_bytes(agent, body, key, at, redactions))
-    elif spool_pending(spool):  # the remote server is back: send what waited for it
-        forward_in_background(target, spool)
+    except OSError as e:  # e.g. disk full: a remote server may still take it directly
+        if is_loopback(target) or not post_hook(target, agent, body, key, at, redactions):
+            raise
+        say(f"not spooled ({e}), sent directly")
+    else:
+        if not is_loopback(target):
+            deliver(target, spool)
     if hook_event_name(body) == "SessionStart":
         return session_start_output(target, body)
     return "{}"
