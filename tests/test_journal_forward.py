@@ -531,3 +531,38 @@ def test_a_remote_hook_offline_keeps_one_journal_not_a_file_per_call(
         assert _prompts(remote, headers=ok) == [f"forwarded prompt {n}" for n in range(6)]
     finally:
         srv.stop()
+
+
+def test_a_request_is_bounded_as_a_whole_not_per_socket_step() -> None:
+    # A server that answers one byte at a time, each well inside the socket timeout:
+    # http.client's per-operation timeout never fires, so the request lasted as long as
+    # the server dribbled (and a name lookup that never answers, likewise unbounded by
+    # it, held the hook until the agent killed it). The hook's request gives up at its
+    # timeout in all.
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    done = threading.Event()
+
+    def dribble() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n")
+            for byte in b"hello world!":
+                if done.wait(0.25):
+                    return
+                conn.sendall(bytes([byte]))
+
+    server = threading.Thread(target=dribble, daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        with pytest.raises(TimeoutError):
+            hook_fast.http("GET", url, "/v1/context", None, {}, 1.0)
+    finally:
+        done.set()
+        server.join()
+        listener.close()

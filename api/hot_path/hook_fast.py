@@ -541,8 +541,42 @@ def quote(text: str) -> str:
 def http(
     method: str, url: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
 ) -> tuple[int, bytes]:
-    """One HTTP request with :mod:`http.client` (lighter than urllib.request). A ``url``
-    without a scheme (``host:port``) is plain HTTP."""
+    """One HTTP request with :mod:`http.client` (lighter than urllib.request), done in
+    a daemon thread that the caller waits for at most ``timeout`` seconds in all: the
+    client's own timeout bounds each socket operation, not the name lookup (a resolver
+    that never answers held the hook until the agent killed it) nor the request as a
+    whole. A ``url`` without a scheme (``host:port``) is plain HTTP.
+
+    Raises:
+        TimeoutError: no answer within ``timeout`` (the thread is left to the process's
+            exit; a request it still completes is idempotent by capture key).
+        OSError, http.client.HTTPException: the request failed.
+    """
+    import threading
+
+    out: list[tuple[int, bytes]] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(_request(method, url, path, body, headers, timeout))
+        except BaseException as e:
+            failed.append(e)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if out:
+        return out[0]
+    if failed:
+        raise failed[0]
+    raise TimeoutError(f"no answer from {url} within {timeout} s")
+
+
+def _request(
+    method: str, url: str, path: str, body: bytes | None, headers: dict[str, str], timeout: float
+) -> tuple[int, bytes]:
+    """:func:`http`'s request, in the calling thread."""
     import http.client
 
     scheme, sep, rest = url.partition("://")
