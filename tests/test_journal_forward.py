@@ -566,3 +566,30 @@ def test_a_request_is_bounded_as_a_whole_not_per_socket_step() -> None:
         done.set()
         server.join()
         listener.close()
+
+
+def test_a_remote_hook_with_a_wrong_token_says_so_and_keeps_the_payload(tmp_path: Path) -> None:
+    # A token the server refuses (401) spooled every payload without a word: the user
+    # learnt it only from `hookledger doctor`. The hook says it on stderr, exits 0 with
+    # valid output, and the payload reaches the server once the token is right.
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address")
+    srv = Server(Settings(tmp_path / "server"), env={"HOOKLEDGER_TOKEN": TOKEN}, host="0.0.0.0").start()
+    remote = f"http://{ip}:{srv.port}"
+    laptop = tmp_path / "laptop"
+    try:
+        wrong = run_hook(laptop, prompt(1), {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": "not-it"})
+        assert hook_fast.spool_pending(str(laptop / "spool"))
+        right = run_hook(laptop, prompt(2), {"HOOKLEDGER_URL": remote, "HOOKLEDGER_TOKEN": TOKEN})
+        ok = {"Authorization": f"Bearer {TOKEN}"}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_prompts(remote, headers=ok)) < 2:
+            time.sleep(0.05)
+        got = sorted(_prompts(remote, headers=ok))
+    finally:
+        srv.stop()
+    assert wrong.returncode == 0 and wrong.stdout.strip() == b"{}", wrong
+    assert b"refused the token (HTTP 401)" in wrong.stderr, wrong.stderr
+    assert right.returncode == 0 and b"refused" not in right.stderr, right.stderr
+    assert got == ["forwarded prompt 1", "forwarded prompt 2"]

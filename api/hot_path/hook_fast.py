@@ -799,6 +799,9 @@ def _forward_once(
                 say(f"a record of {end - pos} bytes was refused for its size by something "
                     f"in front of the server (HTTP 413); kept in {spool_dir}/{REFUSED_FILE}")
             elif status != 202 and not (status in (400, 413) and b'"rejected":' in answer):
+                if status in (401, 403):  # else spooled silently, hook after hook
+                    say(f"the server refused the token (HTTP {status}); the payloads stay "
+                        f"in {spool_dir} until it takes them (HOOKLEDGER_TOKEN; hookledger doctor)")
                 return sent, REFUSED
             sent += end - pos
             pos = end
