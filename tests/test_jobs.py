@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from api.bootstrap import Services
@@ -202,6 +203,75 @@ def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
         (2, False, ("toolu_b",)),
     ]
     assert _snapshot(services, sid)["tool_calls"] == [("toolu_a", 1), ("toolu_b", 2)]
+
+
+@pytest.mark.parametrize("jobs_before_the_next_prompt", [True, False])
+def test_activity_after_a_turn_ended_stays_in_its_batch_whenever_the_jobs_run(
+    services: Services, jobs_before_the_next_prompt: bool
+) -> None:
+    # A tool call recorded after the agent's Stop, then the next prompt. Whether the
+    # liveness job ran in between (it attaches the call to batch 1, the latest then) or
+    # only after the next prompt, the call is in batch 1. Before, a job running after the
+    # next prompt attached it to the latest batch (2): the batches depended on when the
+    # jobs ran.
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    sid = str(session_id("claude-code", "jobs-hook-session"))
+    tool = {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    _hook(services, t0, "k1", "SessionStart", source="startup")
+    _hook(services, t0 + timedelta(seconds=1), "k2", "UserPromptSubmit", prompt="list files")
+    _hook(services, t0 + timedelta(seconds=2), "k3", "Stop")
+    _hook(services, t0 + timedelta(seconds=3), "k4", "PreToolUse", tool_use_id="toolu_a", **tool)
+    if jobs_before_the_next_prompt:
+        assert run_jobs(services, t0 + timedelta(minutes=9)).decisions == {"unbatched_activity": 1}
+    _hook(services, t0 + timedelta(minutes=10), "k5", "UserPromptSubmit", prompt="and now?")
+    _hook(services, t0 + timedelta(minutes=10, seconds=1), "k6", "Stop")
+    run_jobs(services, t0 + timedelta(hours=2))
+    snap = _snapshot(services, sid)
+    assert snap["tool_calls"] == [("toolu_a", 1)]
+    assert [(b, status, calls) for b, status, _, _, calls in snap["prompt_batches"]] == [
+        (1, "completed", 1),
+        (2, "completed", 0),
+    ]
+
+
+TWO_FILES = FIXTURES / "agentcmd-claude-transcripts"
+"""One session in two files: ``user-image.jsonl`` holds its prompt, ``tool-result-image.jsonl``
+the assistant's reply and tool call (before that file's first prompt: batch 0)."""
+
+
+@pytest.mark.parametrize("order", ["calls_first", "prompt_first", "prompt_jobs_calls"])
+def test_activity_before_the_first_prompt_stays_before_it_whatever_the_order(
+    services: Services, order: str
+) -> None:
+    # DESIGN.md: a prompt batch is a prompt and what follows it, in log order; a file's
+    # facts before its first prompt go to batch 0 (docs/lifecycle.md). Imported before the
+    # prompt's file, the reply and call were 'unattached' and the next job moved them into
+    # the latest batch (the call in batch 1, counted by no prompt_batches row); imported
+    # after it, they stayed in batch 0. Now both orders give batch 0.
+    calls, prompt = TWO_FILES / "tool-result-image.jsonl", TWO_FILES / "user-image.jsonl"
+    records = [json.loads(line) for f in (calls, prompt) for line in f.read_bytes().splitlines()]
+    (external,) = {r["sessionId"] for r in records}
+    call_ids = [
+        b["id"] for r in records if r["type"] == "assistant"
+        for b in r["message"]["content"] if b.get("type") == "tool_use"
+    ]
+    last = max(_time(r["timestamp"]) for r in records)
+    steps = {
+        "calls_first": [calls, prompt],
+        "prompt_first": [prompt, calls],
+        "prompt_jobs_calls": [prompt, "jobs", calls],
+    }[order]
+    for step in steps:
+        if step == "jobs":
+            run_jobs(services, last + timedelta(minutes=10))
+        else:
+            import_paths(services.ledger, [step])
+    run_jobs(services, last + timedelta(minutes=10))
+    snap = _snapshot(services, str(session_id("claude-code", external)))
+    assert snap["tool_calls"] == [(call_ids[0], 0)] and len(call_ids) == 1
+    assert [(b, status, reason, n) for b, status, _, reason, n in snap["prompt_batches"]] == [
+        (1, "completed", "idle_timeout", 0)
+    ]
 
 
 def _hooks_of_four(with_calls: bool) -> tuple[str, list[tuple[str, dict]], dict[int, int]]:
