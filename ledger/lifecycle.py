@@ -71,7 +71,7 @@ times) and
 ``Opened`` (the stream's creation: in an observed session its first fact follows at the
 same time; in a fork it is the time of the fork)."""
 
-_BATCH_ACTIVITY = frozenset(
+BATCH_ACTIVITY = frozenset(
     {"AssistantReplied", "ToolCallStarted", "ToolCallCompleted", "PermissionRequested"}
 )
 """Facts that belong inside a prompt batch; outside an open one they are unattached."""
@@ -156,7 +156,7 @@ class Liveness:
             self.last_recorded_at = event.timestamp
         # a fact an earlier batch holds (a transcript's call imported after the hooks'
         # later prompts, a call completed after the next prompt) is in its batch already
-        if kind in _BATCH_ACTIVITY and not session.batch_open and event.batch == session.batch:
+        if kind in BATCH_ACTIVITY and not session.batch_open and event.batch == session.batch:
             self.unattached.append(event.originator_version)
             self.unattached_batch = session.batch
             self.first_unattached_at = self.first_unattached_at or event.occurred_at

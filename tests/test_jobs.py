@@ -361,6 +361,92 @@ def test_a_transcripts_records_before_its_first_prompt_imported_after_the_hooks_
     assert [h["to_status"] for h in detail["status_history"]][-1] == "WAITING"
 
 
+def test_a_session_that_ended_with_activity_no_batch_holds_gets_it_at_the_next_run(
+    services: Services,
+) -> None:
+    # `codex exec --json` output has no prompt: its command and reply are activity before
+    # any prompt, and `turn.completed` ends the session. Before, the jobs nominated an
+    # ended session only past the archive threshold, so its recovery batch came 30 days
+    # later, with the Archived decision.
+    stream = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    records = [json.loads(line) for line in stream.read_bytes().splitlines()]
+    thread = next(r["thread_id"] for r in records if r["type"] == "thread.started")
+    commands = [r["item"]["id"] for r in records
+                if r["type"] == "item.started" and r["item"]["type"] == "command_execution"]
+    import_paths(services.ledger, [stream])
+    sid = str(session_id("codex", thread))
+    services.runner.catch_up()
+    assert _snapshot(services, sid)["sessions"][0][0] == "COMPLETED"  # the source ended it
+    # no source clock: idle from the ledger time of the import
+    report = run_jobs(services, datetime.now(UTC) + timedelta(minutes=10))
+    assert report.sessions == {sid: ["unbatched_activity"]}
+    snap = _snapshot(services, sid)
+    assert [(b, s, r, n) for b, s, _, r, n in snap["prompt_batches"]] == [
+        (1, "completed", "recovery", len(commands))
+    ]
+    assert [b for _, b in snap["tool_calls"]] == [1] * len(commands) and len(commands) == 1
+    assert run_jobs(services, datetime.now(UTC) + timedelta(minutes=20)).examined == 0
+
+
+def test_an_ended_session_with_a_call_after_its_last_stop_or_an_open_batch_is_settled_next(
+    services: Services,
+) -> None:
+    # A tool call after the agent's Stop, then SessionEnd: the call is attached to batch 1
+    # at the next run (before: at archive time). A session an operator terminated in the
+    # middle of a turn: its open batch is closed at the next run (before: at archive time).
+    from ledger.commands import run_command
+
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    tool = {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    ended, killed = (str(session_id("claude-code", n)) for n in ("ended", "killed"))
+
+    def hook(name: str, at: int, key: str, event: str, **fields: Any) -> None:
+        body = {"session_id": name, "cwd": "/tmp/p", "hook_event_name": event, **fields}
+        outcome = ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), key,
+                              t0 + timedelta(seconds=at))
+        assert outcome.error is None
+
+    hook("ended", 0, "e1", "UserPromptSubmit", prompt="list files")
+    hook("ended", 1, "e2", "Stop")
+    hook("ended", 2, "e3", "PreToolUse", tool_use_id="toolu_late", **tool)
+    hook("ended", 3, "e4", "SessionEnd", reason="exit")
+    hook("killed", 0, "k1", "UserPromptSubmit", prompt="run the tests")
+    hook("killed", 1, "k2", "PreToolUse", tool_use_id="toolu_k", **tool)
+    run_command(services.ledger, UUID(killed), "terminate", "k-term", t0 + timedelta(seconds=2))
+    assert run_jobs(services, t0 + timedelta(minutes=4)).examined == 0  # not idle yet
+    report = run_jobs(services, t0 + timedelta(minutes=6))
+    assert report.sessions == {ended: ["unbatched_activity"], killed: ["idle_batch"]}
+    attached = next(e for e in _events(services, ended) if e.kind == "ActivitiesAttached")
+    assert (attached.batch, attached.recovery, attached.tool_use_ids) == (1, False, ("toolu_late",))
+    assert [(b, s) for b, s, *_ in _snapshot(services, killed)["prompt_batches"]] == [
+        (1, "completed")
+    ]
+    assert run_jobs(services, t0 + timedelta(minutes=7)).examined == 0  # nothing left
+
+
+def test_the_sessions_rows_nominate_as_the_aggregates_decide(services: Services) -> None:
+    # api/jobs.candidates reads sessions.batch_open / unattached_count for ended sessions;
+    # they must be what each aggregate's state is, on every fixture, before and after
+    # the jobs.
+    import_paths(services.ledger, [FIXTURES])
+
+    def compare() -> None:
+        services.runner.catch_up()
+        t = services.models.table("sessions")
+        with services.models.engine.connect() as conn:
+            rows = conn.execute(select(t.c.id, t.c.batch_open, t.c.unattached_count)).all()
+        assert len(rows) > 40
+        for sid, batch_open, unattached in rows:
+            agg = services.ledger.repository.get(UUID(sid))
+            assert (sid, batch_open, unattached) == (
+                sid, agg.batch_open, len(agg.liveness.unattached)
+            )
+
+    compare()
+    run_jobs(services, datetime(2030, 1, 1, tzinfo=UTC))
+    compare()
+
+
 def test_sessions_ended_long_ago_are_archived(services: Services) -> None:
     now = datetime(2026, 6, 1, tzinfo=UTC)
     for name, days in (("old", 40), ("recent", 10)):
