@@ -46,18 +46,33 @@ class JobReport:
 
 def candidates(services: Any, now: datetime, config: JobConfig) -> list[tuple[str, int]]:
     """(session id, head position) of sessions a rule may apply to: live ones idle for
-    at least the batch threshold, and ended ones past the archive threshold."""
+    at least the batch threshold; ended ones as idle whose latest batch is still open or
+    that have activity no batch holds yet (``sessions.batch_open``, ``unattached_count``:
+    a session that ended without a prompt, or after activity that followed its last
+    turn's end, gets its recovery or latest batch then, not when it is archived); and
+    ended ones past the archive threshold."""
     t = services.models.table("sessions")
     ended = [s.value for s in ENDED_STATES]
+    not_archived = [s for s in ended if s != SessionStatus.ARCHIVED.value]
     last = session_times(t)["last_activity_at"]  # the agent's: a summary restarts no clock
+    idle_enough = last <= iso(now - timedelta(seconds=config.idle_batch_s))
     # live and PAUSED sessions: an open batch or unattached activity may be due (a PAUSED
     # one is never timed out; the aggregate checks that)
-    idle = t.c.status.not_in(ended) & (last <= iso(now - timedelta(seconds=config.idle_batch_s)))
-    old_ended = t.c.status.in_([s for s in ended if s != SessionStatus.ARCHIVED.value]) & (
+    idle = t.c.status.not_in(ended) & idle_enough
+    unsettled = (
+        t.c.status.in_(not_archived)
+        & (t.c.batch_open | (t.c.unattached_count > 0))
+        & idle_enough
+    )
+    old_ended = t.c.status.in_(not_archived) & (
         func.coalesce(t.c.ended_at, last)
         <= iso(now - timedelta(seconds=config.archive_after_s))
     )
-    query = select(t.c.id, t.c.head_position).where(or_(idle, old_ended)).order_by(t.c.id)
+    query = (
+        select(t.c.id, t.c.head_position)
+        .where(or_(idle, unsettled, old_ended))
+        .order_by(t.c.id)
+    )
     with services.models.engine.connect() as conn:
         return [(r[0], int(r[1])) for r in conn.execute(query)]
 

@@ -8,7 +8,8 @@ Rules (thresholds in :class:`JobConfig`, seconds):
 * ``unbatched_activity`` — batch activity (assistant replies, tool calls, permission
   requests) recorded while no batch was open is attached to the latest batch, or to a
   new recovery batch when the session has none yet
-  (:class:`~ledger.session.Session.ActivitiesAttached`), once idle for the batch threshold;
+  (:class:`~ledger.session.Session.ActivitiesAttached`), once idle for the batch threshold
+  (activity a later prompt followed is not unattached: :class:`~ledger.lifecycle.Liveness`);
 * ``idle_session`` — a live session (not PAUSED) with no activity for 1 h is completed
   with reason ``idle_timeout`` (:class:`~ledger.session.Session.TimedOut`);
 * ``archive_after`` — a session ended more than N days (default 30) ago is archived

@@ -71,7 +71,7 @@ times) and
 ``Opened`` (the stream's creation: in an observed session its first fact follows at the
 same time; in a fork it is the time of the fork)."""
 
-_BATCH_ACTIVITY = frozenset(
+BATCH_ACTIVITY = frozenset(
     {"AssistantReplied", "ToolCallStarted", "ToolCallCompleted", "PermissionRequested"}
 )
 """Facts that belong inside a prompt batch; outside an open one they are unattached."""
@@ -85,8 +85,11 @@ class Liveness:
     ``last_recorded_at``: the latest ledger ``timestamp`` of one (the fallback for a
     session whose source has no clock); ``last_activity_version``: the stream version of
     the latest observed event. ``unattached``: versions of batch activity recorded while
-    no batch was open (in the latest batch, or before the first one), with their tool
-    calls and failures, until a job attaches them.
+    no batch was open (after the latest batch's turn ended, or before the first prompt),
+    with their tool calls and failures, until a job attaches them or the next prompt opens
+    a batch: then they stay where they were recorded (in the batch whose turn had ended,
+    or before the first prompt, batch 0), as a transcript's facts do when it is imported
+    after the hooks, so the batches do not depend on whether a job ran before that prompt.
     """
 
     last_source_at: datetime | None = None
@@ -96,6 +99,8 @@ class Liveness:
     unattached_tool_use_ids: list[str] = field(default_factory=list)
     unattached_errors: int = 0
     first_unattached_at: datetime | None = None
+    unattached_batch: int = 0
+    """The batch :attr:`unattached` was recorded in (the session's latest batch then)."""
     ended_by: str | None = None
     """Why the session last ended when a job or an operator ended it (``idle_timeout``,
     ``terminate``, …); None when the agent ended it or it is live."""
@@ -135,6 +140,8 @@ class Liveness:
 
     def apply(self, session: Any, event: Any) -> None:
         kind = type(event).__name__
+        if self.unattached and session.batch != self.unattached_batch:
+            self._settle()  # a prompt opened the next batch: they stay in theirs
         if kind in DECISION_KINDS or kind == "Reopened":
             self._decided(session, event, kind)
             return
@@ -149,13 +156,21 @@ class Liveness:
             self.last_recorded_at = event.timestamp
         # a fact an earlier batch holds (a transcript's call imported after the hooks'
         # later prompts, a call completed after the next prompt) is in its batch already
-        if kind in _BATCH_ACTIVITY and not session.batch_open and event.batch == session.batch:
+        if kind in BATCH_ACTIVITY and not session.batch_open and event.batch == session.batch:
             self.unattached.append(event.originator_version)
+            self.unattached_batch = session.batch
             self.first_unattached_at = self.first_unattached_at or event.occurred_at
             if kind == "ToolCallStarted":
                 self.unattached_tool_use_ids.append(event.tool_use_id)
             if kind == "ToolCallCompleted" and event.is_error:
                 self.unattached_errors += 1
+
+    def _settle(self) -> None:
+        """Nothing is unattached any more (attached by a job, or followed by a prompt)."""
+        self.unattached.clear()
+        self.unattached_tool_use_ids.clear()
+        self.unattached_errors = 0
+        self.first_unattached_at = None
 
     def _decided(self, session: Any, event: Any, kind: str) -> None:
         if kind in ("BatchClosed", "TimedOut"):
@@ -168,10 +183,7 @@ class Liveness:
         if kind == "Archived" and self.ended_by is None:
             self.ended_by = "archive_after"
         if kind == "ActivitiesAttached":
-            self.unattached.clear()
-            self.unattached_tool_use_ids.clear()
-            self.unattached_errors = 0
-            self.first_unattached_at = None
+            self._settle()
         if kind == "CommandApplied" and event.to_status in ENDED_STATES:
             self.ended_by = self.ended_by or event.command
             if session.ended_at is None:

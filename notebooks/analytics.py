@@ -14,18 +14,30 @@
 # %% [markdown]
 # # hookledger analytics: sessions, tools, tokens and cost
 #
-# This notebook imports the bundled real Claude Code transcripts (`tests/fixtures`, see
-# each folder's PROVENANCE.md) into a fresh data directory through the real importer,
-# then asks the DuckDB analytics model the questions of `projections/analytics/queries.py`
-# and plots the answers. Plots are saved under `test-artifacts/notebooks/`.
+# This notebook asks the DuckDB analytics model the questions of
+# `projections/analytics/queries.py` and plots the answers. Its data directory is
+# `DATA_DIR` (the parameters cell below): `HOOKLEDGER_DATA_DIR`, as for the CLI (with
+# `HOOKLEDGER_DATABASE_URL` when the ledger is on PostgreSQL), so
+# `HOOKLEDGER_DATA_DIR=~/ledger .venv/bin/python notebooks/analytics.py` reads your own
+# ledger and leaves it as it is. Without it, the bundled real Claude Code transcripts
+# (`tests/fixtures`, see each folder's PROVENANCE.md) are imported through the real
+# importer into a fresh temporary data directory, deleted at the end. Plots are saved
+# under `test-artifacts/notebooks/`.
 #
 # Run it as a script (`.venv/bin/python notebooks/analytics.py`), or open it in Jupyter
 # (`pip install -e '.[notebooks]'`, then `jupyter lab notebooks/` and open this file with
-# *Open With → Notebook*), where the plots also show below their cells.
+# *Open With → Notebook*), where the plots also show below their cells (there, set
+# `DATA_DIR` in the parameters cell, or start Jupyter with `HOOKLEDGER_DATA_DIR` set).
 # `HOOKLEDGER_NOTEBOOK_OUT` overrides the plot directory.
 
-# %%
+# %% tags=["parameters"]
 import os
+
+DATA_DIR = os.environ.get("HOOKLEDGER_DATA_DIR") or None
+"""The ledger to read; None: a temporary one with the bundled sample data."""
+
+# %%
+# ruff: noqa: E402  (the parameters cell comes first, as papermill and Jupyter expect)
 import shutil
 import sys
 import tempfile
@@ -40,10 +52,10 @@ import matplotlib.pyplot as plt
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
 sys.path.insert(0, str(ROOT))
 
-from ledger.app import Ledger  # noqa: E402
-from ledger.config import Settings  # noqa: E402
-from ledger.importer import discover, import_paths  # noqa: E402
-from projections.analytics import (  # noqa: E402
+from ledger.app import Ledger
+from ledger.config import Settings
+from ledger.importer import discover, import_paths
+from projections.analytics import (
     busiest_projects,
     connect,
     cost_per_day,
@@ -76,15 +88,20 @@ def show(rows, columns=None, n=15):
 
 
 # %% [markdown]
-# ## Import the sample data into a fresh data directory
+# ## The data directory: `DATA_DIR`, or the sample data imported into a fresh one
 
 # %%
-data_dir = Path(tempfile.mkdtemp(prefix="hookledger-notebook-"))
-settings = Settings(data_dir)
-ledger = Ledger(settings.event_store_env())
-summary = import_paths(ledger, discover(SOURCES))
-ledger.close()
-print(summary.as_dict()["events_appended"], "events appended from", len(discover(SOURCES)), "files")
+if DATA_DIR:
+    settings = Settings.from_env(DATA_DIR)  # the CLI's settings (PostgreSQL too)
+    sample_dir = None
+    print("reading the ledger in", settings.data_dir)
+else:
+    sample_dir = Path(tempfile.mkdtemp(prefix="hookledger-notebook-"))
+    settings = Settings(sample_dir)
+    ledger = Ledger(settings.event_store_env())
+    summary = import_paths(ledger, discover(SOURCES))
+    ledger.close()
+    print(summary.as_dict()["events_appended"], "events appended from", len(discover(SOURCES)), "files")
 
 # %% [markdown]
 # ## Connect: the DuckDB model catches up with the ledger first
@@ -189,5 +206,6 @@ print(con.sql(
     "SELECT kind, count(*) AS events FROM events GROUP BY kind ORDER BY events DESC LIMIT 8"
 ))
 con.close()
-shutil.rmtree(data_dir)  # the imported sample store was only for this notebook
+if sample_dir is not None:
+    shutil.rmtree(sample_dir)  # the imported sample store was only for this notebook
 print("plots in", OUT)

@@ -97,6 +97,11 @@ def _sessions(md: MetaData, sfx: str) -> list[Table]:
         Column("head_version", Integer, nullable=False),
         Column("head_digest", String(64), nullable=False),
         Column("head_position", BigInteger, nullable=False),
+        # what the liveness jobs may still decide on, as the aggregate's Liveness has it:
+        # its latest prompt batch is open; batch activity recorded while none was open
+        # and not yet attached (api/jobs.py nominates ended sessions by these)
+        Column("batch_open", Boolean, nullable=False, default=False),
+        Column("unattached_count", Integer, nullable=False, default=0),
     )
     usage = Table(
         "session_usage" + sfx,

@@ -19,6 +19,12 @@ forks: :data:`ledger.lifecycle.NOT_ACTIVITY`); ``first_recorded_at`` /
 ``last_recorded_at`` the ledger times of the first and latest event of any kind. Queries
 read a session's times through :func:`projections.schema.session_times`.
 
+Liveness: ``batch_open`` and ``unattached_count`` follow
+:class:`ledger.lifecycle.Liveness` (the session's latest prompt batch is open; batch
+activity recorded while no batch was open, not yet attached by a job nor followed by the
+next prompt), so the jobs runner can nominate an ended session that a rule still applies
+to without loading every ended session's stream.
+
 Subagent type: ``agent_type`` is what the session's ``Opened`` names (a subagent's
 ``.meta.json``, a hook's ``agent_type``); when it names none, a child session takes the
 ``subagent_type`` of the Claude Code ``Task``/``Agent`` call that spawned it: the parent's
@@ -33,7 +39,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.lifecycle import ENDED_STATES, NOT_ACTIVITY, SessionStatus
+from ledger.lifecycle import BATCH_ACTIVITY, ENDED_STATES, NOT_ACTIVITY, SessionStatus
 from ledger.observation import BATCH_OPENERS, TOKENS
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
@@ -72,13 +78,16 @@ _CASES = (
 """The classes :meth:`SessionsProjection.apply_all` has a case for."""
 _SPAN = ("started_at", "last_activity_at", "first_activity_recorded_at", "last_activity_recorded_at")
 _TIMES = (*_SPAN, "last_recorded_at")
-_KIND: dict[type, tuple[bool, bool]] = {}
+_KIND: dict[type, tuple[bool, bool, str | None]] = {}
 """Event class -> (whether it is one of :data:`_CASES`: the match is skipped when not;
-whether it is the agent's activity: not one of :data:`ledger.lifecycle.NOT_ACTIVITY`)."""
+whether it is the agent's activity: not one of :data:`ledger.lifecycle.NOT_ACTIVITY`;
+its :func:`_liveness_role`)."""
 
 
-def _kind(cls: type) -> tuple[bool, bool]:
-    _KIND[cls] = found = (issubclass(cls, _CASES), cls.__name__ not in NOT_ACTIVITY)
+def _kind(cls: type) -> tuple[bool, bool, str | None]:
+    _KIND[cls] = found = (
+        issubclass(cls, _CASES), cls.__name__ not in NOT_ACTIVITY, _liveness_role(cls)
+    )
     return found
 
 
@@ -127,6 +136,39 @@ def _subagent_link(rows: RowCache, row: dict[str, Any], tool_use_id: str) -> Non
     rows.put("session_subagent_calls", key, call)
     if row["agent_type"] is None:
         row["agent_type"] = call["agent_type"]
+
+
+def _liveness_role(cls: type) -> str | None:
+    """What an event class does to ``batch_open`` / ``unattached_count`` (:func:`_liveness`)."""
+    if issubclass(cls, Session.PromptSubmitted):
+        return "prompt"
+    if issubclass(cls, Session.TurnEnded):
+        return "turn"
+    if issubclass(cls, Session.Ended | Session.BatchClosed | Session.TimedOut):
+        return "close"
+    if issubclass(cls, Session.RunEnded):
+        return "run"
+    if issubclass(cls, Session.ActivitiesAttached):
+        return "attach"
+    return "activity" if cls.__name__ in BATCH_ACTIVITY else None
+
+
+def _liveness(row: dict[str, Any], event: Any, role: str, previous_batch: int) -> None:
+    """``batch_open`` and ``unattached_count`` after ``event``, as
+    :meth:`ledger.session.Session.apply_event` and :class:`ledger.lifecycle.Liveness`
+    evolve ``batch_open`` and ``unattached``."""
+    if role == "prompt":
+        if event.batch > previous_batch and event.prompt_kind in BATCH_OPENERS:
+            row["batch_open"] = True
+    elif role == "turn":
+        if event.batch == row["batch_count"]:
+            row["batch_open"] = False
+    elif role == "close" or (role == "run" and event.status in ENDED_STATES):
+        row["batch_open"] = False
+    elif role == "attach":
+        row["unattached_count"] = 0
+    elif role == "activity" and not row["batch_open"] and event.batch == row["batch_count"]:
+        row["unattached_count"] += 1
 
 
 class SessionsProjection(Projection):
@@ -196,6 +238,8 @@ class SessionsProjection(Projection):
                     "first_recorded_at": iso(event.timestamp),
                     "first_activity_recorded_at": None,  # Opened is not activity
                     "last_activity_recorded_at": None,
+                    "batch_open": False,
+                    "unattached_count": 0,
                 }
                 rows.put("sessions", key, row)
             else:
@@ -218,9 +262,13 @@ class SessionsProjection(Projection):
                     row["started_at"] = at
                 if row["last_activity_at"] is None or at > row["last_activity_at"]:
                     row["last_activity_at"] = at
-            if event.batch > row["batch_count"]:
+            previous_batch = row["batch_count"]
+            if event.batch > previous_batch:
                 row["batch_count"] = event.batch
-            has_case, activity = _KIND.get(type(event)) or _kind(type(event))
+                row["unattached_count"] = 0  # the next batch: they stay in theirs
+            has_case, activity, role = _KIND.get(type(event)) or _kind(type(event))
+            if role is not None:
+                _liveness(row, event, role, previous_batch)
             if activity:  # the agent's: its ledger time (a fork's copies keep theirs)
                 ts = event.timestamp
                 first = row["first_activity_recorded_at"]

@@ -60,8 +60,8 @@ class ToolCallsProjection(Projection):
 
     def apply(self, rows: RowCache, position: int, event: Any) -> None:
         if isinstance(event, Session.ActivitiesAttached):
-            # lifecycle: moved into the batch they were attached to (a recovery batch, or
-            # the latest one — also for calls made before the first prompt, batch 0)
+            # lifecycle: moved into the batch they were attached to (a recovery batch for
+            # calls made before any prompt, batch 0; else the batch they were made in)
             for tool_use_id in event.tool_use_ids:
                 found = rows.get("tool_calls", (str(event.originator_id), tool_use_id))
                 if found is not None:

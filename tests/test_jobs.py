@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from api.bootstrap import Services
@@ -204,6 +205,75 @@ def test_activity_without_a_batch_is_attached_to_a_recovery_batch_or_the_latest(
     assert _snapshot(services, sid)["tool_calls"] == [("toolu_a", 1), ("toolu_b", 2)]
 
 
+@pytest.mark.parametrize("jobs_before_the_next_prompt", [True, False])
+def test_activity_after_a_turn_ended_stays_in_its_batch_whenever_the_jobs_run(
+    services: Services, jobs_before_the_next_prompt: bool
+) -> None:
+    # A tool call recorded after the agent's Stop, then the next prompt. Whether the
+    # liveness job ran in between (it attaches the call to batch 1, the latest then) or
+    # only after the next prompt, the call is in batch 1. Before, a job running after the
+    # next prompt attached it to the latest batch (2): the batches depended on when the
+    # jobs ran.
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    sid = str(session_id("claude-code", "jobs-hook-session"))
+    tool = {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    _hook(services, t0, "k1", "SessionStart", source="startup")
+    _hook(services, t0 + timedelta(seconds=1), "k2", "UserPromptSubmit", prompt="list files")
+    _hook(services, t0 + timedelta(seconds=2), "k3", "Stop")
+    _hook(services, t0 + timedelta(seconds=3), "k4", "PreToolUse", tool_use_id="toolu_a", **tool)
+    if jobs_before_the_next_prompt:
+        assert run_jobs(services, t0 + timedelta(minutes=9)).decisions == {"unbatched_activity": 1}
+    _hook(services, t0 + timedelta(minutes=10), "k5", "UserPromptSubmit", prompt="and now?")
+    _hook(services, t0 + timedelta(minutes=10, seconds=1), "k6", "Stop")
+    run_jobs(services, t0 + timedelta(hours=2))
+    snap = _snapshot(services, sid)
+    assert snap["tool_calls"] == [("toolu_a", 1)]
+    assert [(b, status, calls) for b, status, _, _, calls in snap["prompt_batches"]] == [
+        (1, "completed", 1),
+        (2, "completed", 0),
+    ]
+
+
+TWO_FILES = FIXTURES / "agentcmd-claude-transcripts"
+"""One session in two files: ``user-image.jsonl`` holds its prompt, ``tool-result-image.jsonl``
+the assistant's reply and tool call (before that file's first prompt: batch 0)."""
+
+
+@pytest.mark.parametrize("order", ["calls_first", "prompt_first", "prompt_jobs_calls"])
+def test_activity_before_the_first_prompt_stays_before_it_whatever_the_order(
+    services: Services, order: str
+) -> None:
+    # DESIGN.md: a prompt batch is a prompt and what follows it, in log order; a file's
+    # facts before its first prompt go to batch 0 (docs/lifecycle.md). Imported before the
+    # prompt's file, the reply and call were 'unattached' and the next job moved them into
+    # the latest batch (the call in batch 1, counted by no prompt_batches row); imported
+    # after it, they stayed in batch 0. Now both orders give batch 0.
+    calls, prompt = TWO_FILES / "tool-result-image.jsonl", TWO_FILES / "user-image.jsonl"
+    records = [json.loads(line) for f in (calls, prompt) for line in f.read_bytes().splitlines()]
+    (external,) = {r["sessionId"] for r in records}
+    call_ids = [
+        b["id"] for r in records if r["type"] == "assistant"
+        for b in r["message"]["content"] if b.get("type") == "tool_use"
+    ]
+    last = max(_time(r["timestamp"]) for r in records)
+    steps = {
+        "calls_first": [calls, prompt],
+        "prompt_first": [prompt, calls],
+        "prompt_jobs_calls": [prompt, "jobs", calls],
+    }[order]
+    for step in steps:
+        if step == "jobs":
+            run_jobs(services, last + timedelta(minutes=10))
+        else:
+            import_paths(services.ledger, [step])
+    run_jobs(services, last + timedelta(minutes=10))
+    snap = _snapshot(services, str(session_id("claude-code", external)))
+    assert snap["tool_calls"] == [(call_ids[0], 0)] and len(call_ids) == 1
+    assert [(b, status, reason, n) for b, status, _, reason, n in snap["prompt_batches"]] == [
+        (1, "completed", "idle_timeout", 0)
+    ]
+
+
 def _hooks_of_four(with_calls: bool) -> tuple[str, list[tuple[str, dict]], dict[int, int]]:
     """full-session-four's hooks as Claude Code sends them: SessionStart, each prompt
     (after the previous turn's Stop), its tool calls' PreToolUse when ``with_calls``, the
@@ -289,6 +359,92 @@ def test_a_transcripts_records_before_its_first_prompt_imported_after_the_hooks_
     assert row["status"] == "WAITING"
     assert [(i["batch"], i["text"]) for i in detail["inputs"]] == [(0, "/clear")]
     assert [h["to_status"] for h in detail["status_history"]][-1] == "WAITING"
+
+
+def test_a_session_that_ended_with_activity_no_batch_holds_gets_it_at_the_next_run(
+    services: Services,
+) -> None:
+    # `codex exec --json` output has no prompt: its command and reply are activity before
+    # any prompt, and `turn.completed` ends the session. Before, the jobs nominated an
+    # ended session only past the archive threshold, so its recovery batch came 30 days
+    # later, with the Archived decision.
+    stream = FIXTURES / "agentcmd-codex-exec-json" / "stream-output-2.jsonl"
+    records = [json.loads(line) for line in stream.read_bytes().splitlines()]
+    thread = next(r["thread_id"] for r in records if r["type"] == "thread.started")
+    commands = [r["item"]["id"] for r in records
+                if r["type"] == "item.started" and r["item"]["type"] == "command_execution"]
+    import_paths(services.ledger, [stream])
+    sid = str(session_id("codex", thread))
+    services.runner.catch_up()
+    assert _snapshot(services, sid)["sessions"][0][0] == "COMPLETED"  # the source ended it
+    # no source clock: idle from the ledger time of the import
+    report = run_jobs(services, datetime.now(UTC) + timedelta(minutes=10))
+    assert report.sessions == {sid: ["unbatched_activity"]}
+    snap = _snapshot(services, sid)
+    assert [(b, s, r, n) for b, s, _, r, n in snap["prompt_batches"]] == [
+        (1, "completed", "recovery", len(commands))
+    ]
+    assert [b for _, b in snap["tool_calls"]] == [1] * len(commands) and len(commands) == 1
+    assert run_jobs(services, datetime.now(UTC) + timedelta(minutes=20)).examined == 0
+
+
+def test_an_ended_session_with_a_call_after_its_last_stop_or_an_open_batch_is_settled_next(
+    services: Services,
+) -> None:
+    # A tool call after the agent's Stop, then SessionEnd: the call is attached to batch 1
+    # at the next run (before: at archive time). A session an operator terminated in the
+    # middle of a turn: its open batch is closed at the next run (before: at archive time).
+    from ledger.commands import run_command
+
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    tool = {"tool_name": "Bash", "tool_input": {"command": "ls"}}
+    ended, killed = (str(session_id("claude-code", n)) for n in ("ended", "killed"))
+
+    def hook(name: str, at: int, key: str, event: str, **fields: Any) -> None:
+        body = {"session_id": name, "cwd": "/tmp/p", "hook_event_name": event, **fields}
+        outcome = ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), key,
+                              t0 + timedelta(seconds=at))
+        assert outcome.error is None
+
+    hook("ended", 0, "e1", "UserPromptSubmit", prompt="list files")
+    hook("ended", 1, "e2", "Stop")
+    hook("ended", 2, "e3", "PreToolUse", tool_use_id="toolu_late", **tool)
+    hook("ended", 3, "e4", "SessionEnd", reason="exit")
+    hook("killed", 0, "k1", "UserPromptSubmit", prompt="run the tests")
+    hook("killed", 1, "k2", "PreToolUse", tool_use_id="toolu_k", **tool)
+    run_command(services.ledger, UUID(killed), "terminate", "k-term", t0 + timedelta(seconds=2))
+    assert run_jobs(services, t0 + timedelta(minutes=4)).examined == 0  # not idle yet
+    report = run_jobs(services, t0 + timedelta(minutes=6))
+    assert report.sessions == {ended: ["unbatched_activity"], killed: ["idle_batch"]}
+    attached = next(e for e in _events(services, ended) if e.kind == "ActivitiesAttached")
+    assert (attached.batch, attached.recovery, attached.tool_use_ids) == (1, False, ("toolu_late",))
+    assert [(b, s) for b, s, *_ in _snapshot(services, killed)["prompt_batches"]] == [
+        (1, "completed")
+    ]
+    assert run_jobs(services, t0 + timedelta(minutes=7)).examined == 0  # nothing left
+
+
+def test_the_sessions_rows_nominate_as_the_aggregates_decide(services: Services) -> None:
+    # api/jobs.candidates reads sessions.batch_open / unattached_count for ended sessions;
+    # they must be what each aggregate's state is, on every fixture, before and after
+    # the jobs.
+    import_paths(services.ledger, [FIXTURES])
+
+    def compare() -> None:
+        services.runner.catch_up()
+        t = services.models.table("sessions")
+        with services.models.engine.connect() as conn:
+            rows = conn.execute(select(t.c.id, t.c.batch_open, t.c.unattached_count)).all()
+        assert len(rows) > 40
+        for sid, batch_open, unattached in rows:
+            agg = services.ledger.repository.get(UUID(sid))
+            assert (sid, batch_open, unattached) == (
+                sid, agg.batch_open, len(agg.liveness.unattached)
+            )
+
+    compare()
+    run_jobs(services, datetime(2030, 1, 1, tzinfo=UTC))
+    compare()
 
 
 def test_sessions_ended_long_ago_are_archived(services: Services) -> None:

@@ -47,24 +47,53 @@ SPOTTER = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-634
 FOUR = FIXTURES / "agentcmd-claude-transcripts" / "full-session-four.jsonl"
 
 
-def _blocks(path: Path) -> Iterator[dict[str, Any]]:
-    """Content blocks of every parseable record, with plain json (not the ledger's parser)."""
+def _records(path: Path) -> Iterator[dict[str, Any]]:
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        msg = rec.get("message") if isinstance(rec, dict) else None
-        content = msg.get("content") if isinstance(msg, dict) else None
-        if isinstance(content, list):
+        if isinstance(rec, dict):
+            yield rec
+
+
+def _content(rec: dict[str, Any]) -> Any:
+    msg = rec.get("message")
+    return msg.get("content") if isinstance(msg, dict) else None
+
+
+def _blocks(path: Path, skip: int = 0) -> Iterator[dict[str, Any]]:
+    """Content blocks of every parseable record (after the first ``skip`` records), with
+    plain json (not the ledger's parser)."""
+    for n, rec in enumerate(_records(path)):
+        content = _content(rec)
+        if n >= skip and isinstance(content, list):
             yield from (b for b in content if isinstance(b, dict))
 
 
-def independent_facts(path: Path) -> tuple[set[str], set[str]]:
-    """(files edited by successful edit tool calls, Bash commands whose call failed)."""
+def _first_prompt(path: Path) -> int:
+    """Index of the file's first typed prompt (a user record, not meta, whose text is not
+    markup such as a slash command's, nor an interruption notice); 0 when it has none
+    (its activity then makes a recovery batch)."""
+    for n, rec in enumerate(_records(path)):
+        content = _content(rec)
+        texts = [content] if isinstance(content, str) else [
+            b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
+        ]
+        if rec.get("type") == "user" and not rec.get("isMeta") and any(
+            t.strip() and not t.lstrip().startswith(("<", "[Request interrupted", "Caveat:"))
+            for t in texts
+        ):
+            return n
+    return 0
+
+
+def independent_facts(path: Path, skip: int = 0) -> tuple[set[str], set[str]]:
+    """(files edited by successful edit tool calls, Bash commands whose call failed), of
+    the calls after the first ``skip`` records."""
     uses: dict[str, tuple[str, dict[str, Any]]] = {}
     failed: dict[str, bool] = {}
-    for block in _blocks(path):
+    for block in _blocks(path, skip):
         if block.get("type") == "tool_use":
             uses[block.get("id") or f"no-id-{len(uses)}"] = (block.get("name", ""), block.get("input") or {})
         elif block.get("type") == "tool_result":
@@ -106,6 +135,9 @@ def test_deterministic_summaries_name_the_edited_files_and_failed_commands(servi
     assert {f for r in sessions for f in r["files_edited"]} == edited
     assert {c for r in sessions for c in r["commands_failed"]} == failed
     # each batch summary holds its own batch's facts; together they cover the session's
+    # from its first prompt on: the work of a slash command typed before any prompt
+    # (spotter subagent.jsonl: /handgemacht:create-beads) is outside any prompt batch
+    edited, failed = independent_facts(path, _first_prompt(path))
     assert {f for r in batches for f in r["files_edited"]} == edited
     assert {c for r in batches for c in r["commands_failed"]} == failed
     assert all(r["summariser"] == "deterministic" and r["input_tokens"] == 0 for r in rows)
