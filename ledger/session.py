@@ -808,7 +808,18 @@ class Session(BaseAggregate[UUID]):
         happened before the session's end (``occurred_at``). A live capture's fact (a hook)
         of the end's very instant is not: it comes after the end in the log (a
         ``SessionEnd`` then a ``SessionStart`` in the same millisecond), and the log
-        orders facts, not their clocks."""
+        orders facts, not their clocks. A start (``Started``) that happened before the
+        latest activity recorded (``occurred_at`` before the liveness's source time: a
+        Codex or OpenClaw ``SessionStart`` spooled, or replayed from a journal, after the
+        rollout's or transcript's records of the session) is history too: it neither
+        rewinds the state to ACTIVE nor reopens an ended session."""
+        if (
+            obs.kind == "Started"
+            and obs.occurred_at is not None
+            and self.liveness.last_source_at is not None
+            and obs.occurred_at < self.liveness.last_source_at
+        ):
+            return True
         if obs.after_prompt == BEFORE_FIRST_PROMPT:
             return self.batch > 0
         if obs.after_prompt is not None and (
