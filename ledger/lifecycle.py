@@ -176,13 +176,13 @@ class Liveness:
             self.ended_by = self.ended_by or event.command
             if session.ended_at is None:
                 session.ended_at = event.timestamp
-        if (
-            kind == "CommandApplied"
-            and event.to_status in _LIVE
-            and event.to_status != event.from_status  # not a fork
-        ):
-            # resume: live again from now, whatever ended or idled it before
-            self.restarted_at = event.timestamp
-            self.restarted_version = event.originator_version
+        moved = kind == "CommandApplied" and event.to_status != event.from_status
+        if moved and event.to_status not in ENDED_STATES:
+            # resume, or a new fork left PAUSED (its copies of an ended parent's history
+            # ended it): not ended, whatever ended it before
             self.ended_by = None
             session.ended_at = None
+        if moved and event.to_status in _LIVE:
+            # resume: live again from now, whatever idled it before
+            self.restarted_at = event.timestamp
+            self.restarted_version = event.originator_version
