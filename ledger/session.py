@@ -76,8 +76,10 @@ class Session(BaseAggregate[UUID]):
 
     class PromptSubmitted(Event):
         """Input to the agent. ``prompt_kind``: ``human`` (typed by a person) and
-        ``task`` (a subagent's task prompt) open a prompt batch and count as prompts;
-        ``command`` (``/name args``) and ``task_notification`` are recorded but do not."""
+        ``task`` (a subagent's task prompt) open a prompt batch and count as prompts (a
+        slash command whose prompt the model answers, ``/review fix the parser``, is
+        ``human``); ``command`` (a local slash command the agent runs itself, ``/clear``,
+        ``/model``) and ``task_notification`` are recorded but do not."""
 
         text: str
         prompt_id: str | None = None
