@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 import httpx
+import pytest
 
 from api.bootstrap import Services, build
 from api.jobs import run_jobs
@@ -269,3 +270,41 @@ def test_a_late_session_start_neither_rewinds_nor_reopens_the_session(services: 
     assert start("late-start-again", first + timedelta(seconds=1))[-1][1] == "COMPLETED"
     # A start after the session's last activity is a new start (codex resume): it reopens.
     assert start("resumed", last + timedelta(hours=3))[-1] == ("COMPLETED", "ACTIVE", "Reopened")
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "rollout-first"])
+def test_a_failed_call_counts_as_failed_whichever_source_comes_first(
+    services: Services, hooks_first: bool
+) -> None:
+    # The real 13-prompt rollout has 12 failed calls: outputs whose metadata.exit_code is
+    # not 0, and Codex's "failed in sandbox …" / "patch rejected by user" texts. Its
+    # PostToolUse hooks (BUILT BY HAND: tool_response is the output Codex gives the
+    # model, the rollout's output string) name the same failures. Before, a hook counted
+    # a call failed only on a top-level exit_code, so with the hooks first the session
+    # had 0 tool errors, and 12 with the rollout first.
+    records = [json.loads(line) for line in BIG_ROLLOUT.read_text().splitlines() if line.strip()]
+    hooks = _hooks_of(records)
+    outputs = {
+        r["payload"]["call_id"]: r["payload"].get("output")
+        for r in records
+        if r["payload"].get("type") == "function_call_output"
+    }
+    for h in hooks:
+        if h["hook_event_name"] == "PostToolUse":
+            h["tool_response"] = outputs[h["tool_use_id"]]
+
+    def send_hooks() -> None:
+        for n, h in enumerate(hooks):
+            body = json.dumps(h).encode()
+            assert ingest_hook(services.ledger, "codex", body, f"c-{n}").error is None
+
+    if hooks_first:
+        send_hooks()
+    import_paths(services.ledger, [BIG_ROLLOUT])
+    if not hooks_first:
+        send_hooks()
+    services.runner.catch_up()
+    (s,) = queries.list_sessions(services.models, agent="codex")
+    assert s["tool_call_count"] == 123 and s["tool_error_count"] == 12
+    failed = [c for c in queries.get_session(services.models, s["id"])["tool_calls"] if c["is_error"]]
+    assert {c["error"].split(" ")[0] for c in failed} <= {"exit", "failed", "patch"}
