@@ -196,7 +196,7 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
 
 
 def _echo_activity(found: dict[str, Any], batches: set[int]) -> None:
-    """The tool calls and the inputs that open no batch (slash commands, task
+    """The tool calls and the inputs that open no batch (local slash commands, task
     notifications) of ``batches``, in log order."""
     items: list[tuple[int, str]] = []
     for c in found["tool_calls"]:

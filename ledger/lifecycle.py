@@ -71,6 +71,17 @@ times) and
 ``Opened`` (the stream's creation: in an observed session its first fact follows at the
 same time; in a fork it is the time of the fork)."""
 
+_WHO = {
+    "idle_timeout": "the idle timeout job (idle_timeout)",
+    "archive_after": "the archive job (archive_after)",
+}
+
+
+def _who(decider: str) -> str:
+    """Who ``decider`` (a liveness rule or an operator's command) names, for a reason."""
+    return _WHO.get(decider) or f"an operator ({decider})"
+
+
 BATCH_ACTIVITY = frozenset(
     {"AssistantReplied", "ToolCallStarted", "ToolCallCompleted", "PermissionRequested"}
 )
@@ -104,6 +115,9 @@ class Liveness:
     ended_by: str | None = None
     """Why the session last ended when a job or an operator ended it (``idle_timeout``,
     ``terminate``, …); None when the agent ended it or it is live."""
+    archived_by: str | None = None
+    """Who archived the ended session: ``archive_after`` (the archive job) or
+    ``archive`` (an operator's command); None when it is not archived."""
     restarted_at: datetime | None = None
     """Ledger time of the last operator command that moved the session into a live state
     (``resume``): the idle clock restarts there (:attr:`idle_since`)."""
@@ -111,12 +125,20 @@ class Liveness:
     """Stream version of that command."""
 
     def reopen_note(self) -> str:
-        """Text added to a ``Reopened`` reason: what ended the session, if not the agent."""
+        """Text added to a ``Reopened`` reason: who archived the session, if it is
+        archived, and who ended it, if not the agent (``" by the archive job
+        (archive_after), after the idle timeout job (idle_timeout) ended it; activity
+        resumed"``)."""
+        note = ""
+        if self.archived_by:
+            note = f" by {_who(self.archived_by)}"
+            if self.ended_by:
+                note += f", after {_who(self.ended_by)} ended it"
+        elif self.ended_by:
+            note = f" by {_who(self.ended_by)}"
         if self.ended_by == "idle_timeout":
-            return " by the idle timeout job (idle_timeout); activity resumed"
-        if self.ended_by:
-            return f" by an operator ({self.ended_by})"
-        return ""
+            note += "; activity resumed"
+        return note
 
     @property
     def last_activity_at(self) -> datetime | None:
@@ -176,25 +198,27 @@ class Liveness:
         if kind in ("BatchClosed", "TimedOut"):
             session.batch_open = False
         if kind == "Reopened":
-            self.ended_by = None
+            self.ended_by = self.archived_by = None
         if kind == "TimedOut":
             session.ended_at = event.measured_from or event.decided_at
             self.ended_by = "idle_timeout"
-        if kind == "Archived" and self.ended_by is None:
-            self.ended_by = "archive_after"
+        if kind == "Archived":
+            self.archived_by = "archive_after"
         if kind == "ActivitiesAttached":
             self._settle()
-        if kind == "CommandApplied" and event.to_status in ENDED_STATES:
+        if kind == "CommandApplied" and event.to_status is SessionStatus.ARCHIVED:
+            self.archived_by = event.command
+        elif kind == "CommandApplied" and event.to_status in ENDED_STATES:
             self.ended_by = self.ended_by or event.command
             if session.ended_at is None:
                 session.ended_at = event.timestamp
-        if (
-            kind == "CommandApplied"
-            and event.to_status in _LIVE
-            and event.to_status != event.from_status  # not a fork
-        ):
-            # resume: live again from now, whatever ended or idled it before
+        moved = kind == "CommandApplied" and event.to_status != event.from_status
+        if moved and event.to_status not in ENDED_STATES:
+            # resume, or a new fork left PAUSED (its copies of an ended parent's history
+            # ended it): not ended, whatever ended it before
+            self.ended_by = self.archived_by = None
+            session.ended_at = None
+        if moved and event.to_status in _LIVE:
+            # resume: live again from now, whatever idled it before
             self.restarted_at = event.timestamp
             self.restarted_version = event.originator_version
-            self.ended_by = None
-            session.ended_at = None

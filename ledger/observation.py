@@ -29,7 +29,8 @@ is none: orjson cannot write an integer above 2**64, the read models sum counts 
 
 BATCH_OPENERS = ("human", "task")
 """Prompt kinds that open a prompt batch: a person's prompt, a subagent's task prompt.
-Any other (``command``: a slash command; ``task_notification``) arrives in a batch."""
+Any other (``command``: a local slash command such as ``/clear``; ``task_notification``)
+arrives in a batch."""
 
 BEFORE_FIRST_PROMPT = ""
 """``Observation.after_prompt`` of a file's fact that no prompt of its session precedes

@@ -76,8 +76,10 @@ class Session(BaseAggregate[UUID]):
 
     class PromptSubmitted(Event):
         """Input to the agent. ``prompt_kind``: ``human`` (typed by a person) and
-        ``task`` (a subagent's task prompt) open a prompt batch and count as prompts;
-        ``command`` (``/name args``) and ``task_notification`` are recorded but do not."""
+        ``task`` (a subagent's task prompt) open a prompt batch and count as prompts (a
+        slash command whose prompt the model answers, ``/review fix the parser``, is
+        ``human``); ``command`` (a local slash command the agent runs itself, ``/clear``,
+        ``/model``) and ``task_notification`` are recorded but do not."""
 
         text: str
         prompt_id: str | None = None
@@ -808,7 +810,18 @@ class Session(BaseAggregate[UUID]):
         happened before the session's end (``occurred_at``). A live capture's fact (a hook)
         of the end's very instant is not: it comes after the end in the log (a
         ``SessionEnd`` then a ``SessionStart`` in the same millisecond), and the log
-        orders facts, not their clocks."""
+        orders facts, not their clocks. A start (``Started``) that happened before the
+        latest activity recorded (``occurred_at`` before the liveness's source time: a
+        Codex or OpenClaw ``SessionStart`` spooled, or replayed from a journal, after the
+        rollout's or transcript's records of the session) is history too: it neither
+        rewinds the state to ACTIVE nor reopens an ended session."""
+        if (
+            obs.kind == "Started"
+            and obs.occurred_at is not None
+            and self.liveness.last_source_at is not None
+            and obs.occurred_at < self.liveness.last_source_at
+        ):
+            return True
         if obs.after_prompt == BEFORE_FIRST_PROMPT:
             return self.batch > 0
         if obs.after_prompt is not None and (

@@ -143,7 +143,7 @@ def get_session(models: ReadModels, session_id: str) -> dict[str, Any] | None:
     ``output`` decoded from JSON, ``duration_ms`` milliseconds), ``status_history`` (one
     row per transition, by version), ``inputs`` (what the session was given that opens
     no batch, by position: ``position``, ``batch`` (0: before the first prompt),
-    ``kind`` (``command``: a slash command, text ``/name args``; ``task_notification``:
+    ``kind`` (``command``: a local slash command, text ``/name args``; ``task_notification``:
     a background task's report), ``text``, ``occurred_at``), ``summaries`` (with their
     observations), and its
     lineage: ``children`` (ids of subagents and forks), ``subagents`` (their session

@@ -302,9 +302,9 @@ class SessionsProjection(Projection):
                     row["ended_at"] = iso(event.measured_from) or event_time(event)
                 case Session.CommandApplied() if event.to_status in ENDED_STATES:
                     row["ended_at"] = row["ended_at"] or event_time(event)
-                case Session.CommandApplied() if (
-                    event.to_status != event.from_status and event.to_status != SessionStatus.PAUSED
-                ):  # resumed: live again (a fork of an ended session had its end)
+                case Session.CommandApplied() if event.to_status != event.from_status:
+                    # resumed, or a fork of an ended session left PAUSED (its copies of
+                    # the parent's history had the parent's end): not ended
                     row["ended_at"] = None
                 case Session.CwdLearned():
                     row["cwd"] = row["cwd"] or event.cwd

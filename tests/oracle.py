@@ -25,6 +25,11 @@ Rules, implemented literally:
    lstrip() starts with one of SYNTHETIC_PREFIXES are dropped; records with
    origin.kind == "task-notification" are not prompts (FORMATS.md C15). If a non-empty
    part remains, the record is a prompt with text "\\n".join(remaining parts).
+   Else, a record whose text (the parts joined by "\\n") starts, after lstrip(), with
+   "<command-message>" is a prompt command the model answers (Claude Code writes a
+   local command with "<command-name>" first): a prompt with text "/name", plus " "
+   and the stripped <command-args> text when that is not empty (name: the stripped
+   <command-name> text).
 5. Tool calls: distinct ids of tool_use blocks in assistant message.content.
 6. Tokens: assistant records grouped by message.id, the last record in file
    order wins; the four usage fields are summed (missing/null -> 0). Assistant
@@ -128,10 +133,17 @@ def prompt_text(rec):
         parts = [p for p in parts if isinstance(p, str)]
     else:
         return None
-    parts = [p for p in parts if not p.lstrip().startswith(SYNTHETIC_PREFIXES)]
-    if not any(parts):
+    human = [p for p in parts if not p.lstrip().startswith(SYNTHETIC_PREFIXES)]
+    if any(human):
+        return "\n".join(human)
+    joined = "\n".join(parts)
+    if not joined.lstrip().startswith("<command-message>") or "<command-name>" not in joined:
         return None
-    return "\n".join(parts)
+    name = joined.split("<command-name>", 1)[1].split("</command-name>", 1)[0].strip()
+    args = ""
+    if "<command-args>" in joined:
+        args = joined.split("<command-args>", 1)[1].split("</command-args>", 1)[0].strip()
+    return name + (" " + args if args else "")
 
 
 def count_transcript(path):

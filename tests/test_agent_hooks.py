@@ -910,3 +910,26 @@ def test_a_chat_file_imported_before_the_hooks_learns_its_cwd_from_them(services
     assert after["cwd"] == payloads[0]["cwd"]
     learned = [k for k in _kinds(services, "gemini", want["session"]) if k == "CwdLearned"]
     assert learned == ["CwdLearned"]  # once: later facts naming it append nothing more
+
+
+def test_an_openclaw_session_start_after_the_transcript_does_not_rewind_it(
+    services: Services,
+) -> None:
+    """The (sanitised real) OpenClaw transcript is imported first; the ``session_start``
+    hook of its session, captured when the session began (09:00:00, the transcript's
+    header time), arrives after it. It is recorded as history and leaves the session
+    where the transcript left it. Before, it moved the session back to ACTIVE."""
+    sid = json.loads(OPENCLAW.read_text().splitlines()[0])["id"]
+    import_paths(services.ledger, [OPENCLAW])
+    before = _row(services, sid)
+    assert before["status"] == "PROCESSING"
+    start = _openclaw_payloads(sid)[0]
+    outcome = ingest_hook(
+        services.ledger, "openclaw", json.dumps(start).encode(), "late-start",
+        datetime(2026, 2, 24, 9, 0, 0, tzinfo=UTC),
+    )
+    assert outcome.error is None
+    after = _row(services, sid)
+    assert after["status"] == "PROCESSING"
+    assert after["status_history"] == before["status_history"]
+    assert _kinds(services, "openclaw", sid).count("Started") == 1

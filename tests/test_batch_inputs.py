@@ -9,7 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from api.bootstrap import Services
 from ledger.config import Settings
+from ledger.importer import import_paths
+from ledger.ingest import ingest_hook
+from ledger.observation import session_id
+from projections import queries
 
 from conftest import FIXTURES, cli
 
@@ -88,3 +95,70 @@ def test_a_rebuild_gives_the_same_inputs(settings: Settings) -> None:
     before = _session(settings, sid)["inputs"]
     cli(settings, "projections", "rebuild", "batches")
     assert _session(settings, sid)["inputs"] == before != []
+
+
+COORP = FIXTURES / "coorp-serverless-plugins-hook-logs"
+COORP_SID = "4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
+BEADS = FIXTURES / "spotter-claude-transcripts" / "subagent.jsonl"  # /handgemacht:create-beads
+
+
+def _coorp_transcript(tmp_path: Path) -> Path:
+    """The real coorp transcript (a JSON array as its logger saved it) as the JSONL
+    file Claude Code wrote."""
+    records = json.loads((COORP / COORP_SID / "chat.json").read_text())
+    path = tmp_path / f"{COORP_SID}.jsonl"
+    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+    return path
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "transcript-first"])
+def test_a_slash_command_the_model_answers_is_a_human_prompt_in_hooks_and_transcript(
+    services: Services, tmp_path: Path, hooks_first: bool
+) -> None:
+    # The real coorp session starts with `/prime & read … lets think this through`: a
+    # prompt command (its prompt goes to the model, which answers in a turn), in the
+    # UserPromptSubmit hooks as typed and in the transcript as <command-message> /
+    # <command-name> / <command-args>. Later the user runs the local `/effort ultracode`
+    # (no hook, no model turn). Before, `/prime …` was a `command` in both sources: it
+    # opened no batch, and its turn's 142 facts fell before the first batch.
+    transcript = _coorp_transcript(tmp_path)
+    hooks = [p for p in json.loads((COORP / "user_prompt_submit.json").read_text())
+             if p["session_id"] == COORP_SID]
+    assert hooks[0]["prompt"].startswith("/prime & read ")
+
+    def send_hooks() -> None:
+        for i, h in enumerate(hooks):
+            body = json.dumps(h).encode()
+            assert ingest_hook(services.ledger, "claude-code", body, f"ups-{i}").error is None
+
+    if hooks_first:
+        send_hooks()
+    import_paths(services.ledger, [transcript])
+    if not hooks_first:
+        send_hooks()
+    services.runner.catch_up()
+    detail = queries.get_session(services.models, str(session_id("claude-code", COORP_SID)))
+    assert detail is not None
+    batches = detail["batches"]
+    assert batches[0]["prompt"] == hooks[0]["prompt"].strip()
+    assert batches[0]["prompt_kind"] == "human"
+    assert detail["prompt_count"] == len(batches) == len(hooks) - 3  # 3 task notifications
+    assert [(i["kind"], i["text"]) for i in detail["inputs"] if i["kind"] == "command"] == [
+        ("command", "/effort ultracode")
+    ]
+    # the /prime turn's tool calls are in its batch: none before the first prompt
+    assert detail["tool_calls"] and all(c["batch"] >= 1 for c in detail["tool_calls"])
+
+
+def test_a_plugin_command_with_arguments_opens_the_sessions_first_batch(
+    settings: Settings,
+) -> None:
+    # spotter's real 2.1.38 session opens with `/handgemacht:create-beads websearch to
+    # learn …` (a plugin's prompt command): it is the session's first prompt.
+    cli(settings, "import", str(BEADS))
+    (sid,) = _session_ids(BEADS)
+    found = _session(settings, sid)
+    first = found["batches"][0]
+    assert first["batch"] == 1 and first["prompt_kind"] == "human"
+    assert first["prompt"].startswith("/handgemacht:create-beads websearch to learn")
+    assert all(i["kind"] != "command" for i in found["inputs"])

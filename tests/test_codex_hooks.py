@@ -10,10 +10,14 @@ counted once (both use the Codex ``call_id``).
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
+from uuid import UUID
 
 import httpx
+import pytest
 
-from api.bootstrap import build
+from api.bootstrap import Services, build
+from api.jobs import run_jobs
 from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
@@ -227,3 +231,80 @@ def test_a_rollout_imported_after_the_hooks_counts_each_turn_in_its_own_batch(
         assert [h["cause"] for h in history].count("Started") == 1
     finally:
         services.close()
+
+
+def _at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_a_late_session_start_neither_rewinds_nor_reopens_the_session(services: Services) -> None:
+    # The real rollout of a thread is imported (its turn is still running: PROCESSING);
+    # then the thread's SessionStart hook arrives, captured when the thread started (a
+    # journal drained late). It is the past: recorded, the state kept. Before, it moved
+    # the session back to ACTIVE.
+    records = _rollout()
+    meta = records[0]["payload"]
+    late_start = {**_common(meta, "t0"), "hook_event_name": "SessionStart", "source": "startup"}
+    first, last = _at(records[0]["timestamp"]), _at(records[-1]["timestamp"])
+
+    def start(key: str, at: datetime) -> list[tuple[str | None, str, str]]:
+        body = json.dumps(late_start).encode()
+        assert ingest_hook(services.ledger, "codex", body, key, at).error is None
+        services.runner.catch_up()
+        (s,) = queries.list_sessions(services.models, agent="codex")
+        history = queries.get_session(services.models, s["id"])["status_history"]
+        return [(h["from_status"], h["to_status"], h["cause"]) for h in history]
+
+    import_paths(services.ledger, [ROLLOUT])
+    services.runner.catch_up()
+    (s,) = queries.list_sessions(services.models, agent="codex")
+    assert s["status"] == "PROCESSING"
+    before = queries.get_session(services.models, s["id"])["status_history"]
+    history = start("late-start", first)
+    assert len(history) == len(before) and history[-1][1] == "PROCESSING"
+    kinds = [e.kind for e in services.ledger.events.get(UUID(s["id"]))]
+    assert kinds.count("Started") == 2  # the hook's start is kept, as history
+    # The idle timeout ends the session; another copy of that start spooled elsewhere
+    # arrives: it does not reopen the session either.
+    run_jobs(services, last + timedelta(hours=2))
+    assert start("late-start-again", first + timedelta(seconds=1))[-1][1] == "COMPLETED"
+    # A start after the session's last activity is a new start (codex resume): it reopens.
+    assert start("resumed", last + timedelta(hours=3))[-1] == ("COMPLETED", "ACTIVE", "Reopened")
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "rollout-first"])
+def test_a_failed_call_counts_as_failed_whichever_source_comes_first(
+    services: Services, hooks_first: bool
+) -> None:
+    # The real 13-prompt rollout has 12 failed calls: outputs whose metadata.exit_code is
+    # not 0, and Codex's "failed in sandbox …" / "patch rejected by user" texts. Its
+    # PostToolUse hooks (BUILT BY HAND: tool_response is the output Codex gives the
+    # model, the rollout's output string) name the same failures. Before, a hook counted
+    # a call failed only on a top-level exit_code, so with the hooks first the session
+    # had 0 tool errors, and 12 with the rollout first.
+    records = [json.loads(line) for line in BIG_ROLLOUT.read_text().splitlines() if line.strip()]
+    hooks = _hooks_of(records)
+    outputs = {
+        r["payload"]["call_id"]: r["payload"].get("output")
+        for r in records
+        if r["payload"].get("type") == "function_call_output"
+    }
+    for h in hooks:
+        if h["hook_event_name"] == "PostToolUse":
+            h["tool_response"] = outputs[h["tool_use_id"]]
+
+    def send_hooks() -> None:
+        for n, h in enumerate(hooks):
+            body = json.dumps(h).encode()
+            assert ingest_hook(services.ledger, "codex", body, f"c-{n}").error is None
+
+    if hooks_first:
+        send_hooks()
+    import_paths(services.ledger, [BIG_ROLLOUT])
+    if not hooks_first:
+        send_hooks()
+    services.runner.catch_up()
+    (s,) = queries.list_sessions(services.models, agent="codex")
+    assert s["tool_call_count"] == 123 and s["tool_error_count"] == 12
+    failed = [c for c in queries.get_session(services.models, s["id"])["tool_calls"] if c["is_error"]]
+    assert {c["error"].split(" ")[0] for c in failed} <= {"exit", "failed", "patch"}

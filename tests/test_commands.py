@@ -252,6 +252,41 @@ def test_fork_copies_the_parents_history_up_to_a_position(
     assert UUID(fork) != UUID(parent)
 
 
+def test_a_fork_of_an_ended_session_is_paused_not_ended(
+    services: Services, client: TestClient
+) -> None:
+    # A real Claude Code session (coorp hook payloads) started and ended; an operator
+    # forks it. The fork is PAUSED, waiting to be resumed: it has no end of its own.
+    # Before, it showed the parent's ended_at (its copy of the parent's SessionEnd).
+    logs = FIXTURES / "coorp-serverless-plugins-hook-logs"
+    end = json.loads((logs / "session_end.json").read_text())[0]
+    name = end["session_id"]
+    start = next(
+        p for p in json.loads((logs / "session_start.json").read_text()) if p["session_id"] == name
+    )
+    t0 = datetime(2026, 6, 20, 0, 30, tzinfo=UTC)
+    for key, payload, at in (("start", start, t0), ("end", end, t0 + timedelta(minutes=30))):
+        outcome = ingest_hook(services.ledger, "claude-code", json.dumps(payload).encode(), key, at)
+        assert outcome.error is None
+    parent = str(session_id("claude-code", name))
+    assert client.get(f"/v1/sessions/{parent}").json()["ended_at"] == "2026-06-20T01:00:00.000Z"
+    r = client.post(f"/v1/sessions/{parent}/commands/fork", json={"by": "ops"})
+    assert r.status_code == 200, r.text
+    fork = r.json()["fork_id"]
+    row = client.get(f"/v1/sessions/{fork}").json()
+    assert (row["status"], row["ended_at"]) == ("PAUSED", None)
+    listed = {s["id"]: s for s in client.get("/v1/sessions").json()["sessions"]}
+    assert listed[fork]["ended_at"] is None
+    assert listed[parent]["ended_at"] == "2026-06-20T01:00:00.000Z"  # the parent keeps its end
+    aggregate = services.ledger.session(UUID(fork))
+    assert aggregate is not None and aggregate.ended_at is None
+    # Terminated, the fork ends when the operator ended it, not when its parent did.
+    terminated = client.post(f"/v1/sessions/{fork}/commands/terminate").json()
+    assert terminated["to_status"] == "TERMINATED"
+    row = client.get(f"/v1/sessions/{fork}").json()
+    assert row["ended_at"] is not None and row["ended_at"] != listed[parent]["ended_at"]
+
+
 def test_cli_session_commands(settings: Settings) -> None:
     body = {"session_id": "cli-session", "cwd": "/tmp", "hook_event_name": "SessionStart"}
     cli(

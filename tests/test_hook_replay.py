@@ -153,7 +153,7 @@ def test_hook_replay_equals_transcript_import(settings: Settings, tmp_path: Path
     transcript = _shape(from_transcript, only=seen_by_hooks, ended=ended)
     assert len(seen_by_hooks) == 35
     assert hooks["prompts"] == transcript["prompts"]
-    assert len(hooks["prompts"]) == 2
+    assert len(hooks["prompts"]) == 3  # `/prime …` (a prompt command) and two typed prompts
     assert hooks["batches"] == transcript["batches"]
     assert hooks["tool_calls"] == transcript["tool_calls"]
     assert hooks["batch_status"] == transcript["batch_status"]

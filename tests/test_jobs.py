@@ -581,3 +581,64 @@ def test_a_resumed_session_restarts_the_idle_clock_and_is_not_archived_at_once(
         services.runner.rebuild(name)
     assert services.ledger.max_position() == head
     assert {s: _snapshot(services, s) for s in (sid, fid)} == before
+
+
+@pytest.mark.parametrize(
+    ("closers", "said"),
+    [
+        (["timeout"], "was completed by the idle timeout job (idle_timeout); activity resumed"),
+        (
+            ["timeout", "archive job"],
+            "was archived by the archive job (archive_after), after the idle timeout job"
+            " (idle_timeout) ended it; activity resumed",
+        ),
+        (
+            ["timeout", "archive command"],
+            "was archived by an operator (archive), after the idle timeout job (idle_timeout)"
+            " ended it; activity resumed",
+        ),
+        (["agent end", "archive job"], "was archived by the archive job (archive_after)"),
+        (
+            ["terminate", "archive job"],
+            "was archived by the archive job (archive_after), after an operator (terminate)"
+            " ended it",
+        ),
+    ],
+    ids=lambda v: "+".join(v) if isinstance(v, list) else "",
+)
+def test_a_reopened_sessions_reason_names_what_ended_and_what_archived_it(
+    services: Services, closers: list[str], said: str
+) -> None:
+    # The real session full-session-four is imported; then jobs or an operator end and
+    # archive it; then the user comes back. The Reopened says who did each. Before, an
+    # archived session's reason named one of them as having archived it: the idle timeout
+    # job (which only completed it), or "an operator" for the archive job.
+    from ledger.commands import run_command
+
+    import_paths(services.ledger, [FOUR])
+    records = [json.loads(line) for line in FOUR.read_bytes().splitlines()]
+    external = next(r["sessionId"] for r in records if r.get("sessionId"))
+    sid = session_id("claude-code", external)
+    last = max(_time(r["timestamp"]) for r in records if r.get("timestamp"))
+    at = last + timedelta(hours=2)
+    for closer in closers:
+        services.runner.catch_up()
+        if closer == "timeout":
+            assert run_jobs(services, at).decisions.get("idle_session") == 1
+        elif closer == "archive job":
+            at += timedelta(days=31)
+            assert run_jobs(services, at).decisions.get("archive_after") == 1
+        elif closer == "agent end":
+            body = {"session_id": external, "cwd": "/tmp", "hook_event_name": "SessionEnd"}
+            assert ingest_hook(
+                services.ledger, "claude-code", json.dumps(body).encode(), "end", at
+            ).error is None
+        else:
+            command = closer.removesuffix(" command")
+            run_command(services.ledger, sid, command, f"k-{command}", at)
+    body = {"session_id": external, "cwd": "/tmp", "hook_event_name": "UserPromptSubmit",
+            "prompt": "where were we?"}
+    at += timedelta(days=1)
+    assert ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), "back", at).error is None
+    (reopened,) = [e for e in _events(services, str(sid)) if e.kind == "Reopened"]
+    assert reopened.reason == f"PromptSubmitted after the session {said}"

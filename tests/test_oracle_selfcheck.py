@@ -60,12 +60,13 @@ def test_last_record_of_a_message_id_wins():
     assert s["prompt_count"] == 2
 
 
-def test_slash_command_is_not_a_prompt():
-    # A single user record whose string content starts with <command-message>.
+def test_a_prompt_command_is_a_prompt():
+    # A single user record whose string content starts with <command-message>: a prompt
+    # command (/generate-feature "a" "b"), the model answers it (rule 4).
     res = count_transcript("agentcmd-claude-transcripts/user-slash-command-with-args.jsonl")
     assert res["__rejected__"] == 0
     s = res["33ae3837-255e-4ccf-aea4-90e8bf675372"]
-    assert s["prompts"] == [] and s["tool_call_count"] == 0
+    assert s["prompts"] == ['/generate-feature "a" "b"'] and s["tool_call_count"] == 0
     assert tokens(s) == (0, 0, 0, 0)
 
 
@@ -115,7 +116,8 @@ def test_json_array_transcripts_match_jq():
     s = count_transcript("coorp-serverless-plugins-hook-logs/4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"
                          "/chat.json")["4f65f198-0c0c-47a2-b6ab-5f2e30ae5cbe"]
     assert tokens(s) == (26091, 150479, 457026, 15172643)
-    assert s["prompt_count"] == 2
+    assert s["prompt_count"] == 3  # `/prime …` (a prompt command) and two typed prompts
+    assert s["prompts"][0].startswith("/prime & read ")
 
 
 def write_jsonl(path, records, extra_lines=()):

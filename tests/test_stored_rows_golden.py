@@ -37,7 +37,17 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7381
-EXPECTED_SHA256 = "826fedc7e24ca7203dc0c45d60812b41db939901040f50be88e1d342fb74a1b1"
+EXPECTED_SHA256 = "36fc0e63d28df8842a778e9425fe639e0e45b26ceb6ad54984f1ecaa78327004"
+# Re-derived on 2026-11-28 (review-lifecycle, slash commands): a Claude Code prompt
+# command (its prompt goes to the model: written with <command-message> first in a
+# transcript; any /name in a UserPromptSubmit hook) is a human prompt that opens a batch,
+# not a `command`. The same 7,381 rows at the same positions, statuses unchanged;
+# compared row by row against 986f701, four streams change: 3094b661 (coorp 4f65f198:
+# its `/prime …` hook and transcript record gain prompt_kind human and batch 1, 984
+# later rows batch +1, 5 more rows differ in their digest only), 1b43a773 (spotter
+# 491e126e, `/handgemacht:create-beads …`: 1 prompt + 123 rows batch 0 -> 1), a36d1890
+# (coorp hook 2119c290 `/prime …`: 1 row) and 1557f13b (agentcmd
+# user-slash-command-with-args: 1 row).
 # Re-derived on 2026-11-28 (review-lifecycle): a hook captured in the same millisecond as
 # the session's end is after the end (the log orders live captures): the coorp
 # session_start.json payload 1 (a resume at the SessionEnd's instant) now reopens its

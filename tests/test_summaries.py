@@ -73,15 +73,17 @@ def _blocks(path: Path, skip: int = 0) -> Iterator[dict[str, Any]]:
 
 def _first_prompt(path: Path) -> int:
     """Index of the file's first typed prompt (a user record, not meta, whose text is not
-    markup such as a slash command's, nor an interruption notice); 0 when it has none
-    (its activity then makes a recovery batch)."""
+    markup, nor an interruption notice; a prompt command the model answers, written
+    ``<command-message>…``, is one, a local command, ``<command-name>…``, is not); 0 when
+    it has none (its activity then makes a recovery batch)."""
     for n, rec in enumerate(_records(path)):
         content = _content(rec)
         texts = [content] if isinstance(content, str) else [
             b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
         ]
         if rec.get("type") == "user" and not rec.get("isMeta") and any(
-            t.strip() and not t.lstrip().startswith(("<", "[Request interrupted", "Caveat:"))
+            t.lstrip().startswith("<command-message>")
+            or (t.strip() and not t.lstrip().startswith(("<", "[Request interrupted", "Caveat:")))
             for t in texts
         ):
             return n
@@ -135,8 +137,8 @@ def test_deterministic_summaries_name_the_edited_files_and_failed_commands(servi
     assert {f for r in sessions for f in r["files_edited"]} == edited
     assert {c for r in sessions for c in r["commands_failed"]} == failed
     # each batch summary holds its own batch's facts; together they cover the session's
-    # from its first prompt on: the work of a slash command typed before any prompt
-    # (spotter subagent.jsonl: /handgemacht:create-beads) is outside any prompt batch
+    # from its first prompt on (a prompt command such as spotter subagent.jsonl's
+    # /handgemacht:create-beads is one: its work is in its batch)
     edited, failed = independent_facts(path, _first_prompt(path))
     assert {f for r in batches for f in r["files_edited"]} == edited
     assert {c for r in batches for c in r["commands_failed"]} == failed

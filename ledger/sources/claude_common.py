@@ -39,9 +39,18 @@ def classify_prompt(parts: list[str]) -> tuple[str, str]:
     """Classify the text parts of one user input.
 
     Returns ``(prompt_kind, text)``: ``human`` (typed by a person; text = the human
-    parts joined by newlines), ``command`` (a slash command; text = ``"/name args"``
-    so hook and transcript spellings agree), ``task_notification``, or ``other``
-    (meta/system text that is not a prompt at all).
+    parts joined by newlines), ``command`` (a local slash command, one Claude Code runs
+    itself with no model turn: ``/clear``, ``/model``, ``/effort high``; text =
+    ``"/name args"`` so hook and transcript spellings agree), ``task_notification``, or
+    ``other`` (meta/system text that is not a prompt at all).
+
+    A prompt command (a custom or plugin command, ``/review``: its prompt is sent to
+    the model, which answers in a turn) is a ``human`` prompt, text ``"/name args"``:
+    Claude Code writes it with ``<command-message>`` first (then ``<command-name>``,
+    ``<command-args>``, and the expanded prompt as the next, ``isMeta``, record), a
+    local command with ``<command-name>`` first (then ``<local-command-stdout>``). Seen
+    in real transcripts of 2.0.28 (``/generate-feature``), 2.1.38
+    (``/handgemacht:create-beads``) and 2.1.170 (``/prime`` vs the local ``/effort``).
     """
     human = [p for p in parts if p.strip() and not p.lstrip().startswith(_NOT_HUMAN)]
     if human:
@@ -52,17 +61,22 @@ def classify_prompt(parts: list[str]) -> tuple[str, str]:
     if m:
         args = _CMD_ARGS.search(joined)
         text = m.group(1) + (" " + args.group(1).strip() if args and args.group(1).strip() else "")
-        return "command", text
+        return ("human" if stripped.startswith("<command-message>") else "command"), text
     if stripped.startswith("<task-notification>"):
         return "task_notification", joined
     return "other", joined
 
 
 def classify_hook_prompt(prompt: str) -> tuple[str, str]:
-    """Classify ``UserPromptSubmit.prompt``: slash commands arrive as ``/name args``."""
+    """Classify ``UserPromptSubmit.prompt``. A slash command arrives as ``/name args``
+    and is a prompt command (``human``, text ``/name args``, as the transcript's copy:
+    :func:`classify_prompt`): ``UserPromptSubmit`` fires for the prompts the model gets,
+    not for the local commands Claude Code runs itself (the real coorp session 4f65f198:
+    its ``/prime …`` is a hook, its ``/effort ultracode`` only in the transcript;
+    anthropics/claude-code#66892)."""
     stripped = prompt.strip()
     if re.match(r"/[A-Za-z0-9_:.\-]{1,128}(\s|$)", stripped):
-        return "command", stripped
+        return "human", stripped
     return classify_prompt([prompt])
 
 

@@ -10,11 +10,51 @@ Token convention (the ledger's, Anthropic's): Codex reports ``input_tokens`` *in
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import orjson
+
+from ledger import jsontext
 from ledger.sources.jsonl import int_or_none
 
 AGENT = "codex"
+
+_REFUSED = re.compile(r"failed in sandbox |\S+ rejected by user")
+"""Plain-text outputs of a call Codex did not run (sandbox failure, the user said no)."""
+
+
+def maybe_json(value: Any) -> Any:
+    """Codex writes tool arguments and outputs as JSON strings; decode them when they are."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return jsontext.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
+
+
+def call_failure(output: Any) -> tuple[bool, str | None]:
+    """``(is_error, error)`` of a tool call's output as Codex gives it to the model (a
+    rollout's ``function_call_output.output``, a ``PostToolUse`` hook's
+    ``tool_response``; a JSON string is decoded first): failed when its exit code
+    (``metadata.exit_code``, or a top-level ``exit_code``) is not 0, or when it is
+    Codex's text for a call it did not run (``failed in sandbox …``, ``patch rejected
+    by user``; ``error``: its first line)."""
+    output = maybe_json(output)
+    if isinstance(output, str):
+        if _REFUSED.match(output):
+            return True, output.splitlines()[0][:200] if output.strip() else output
+        return False, None
+    if not isinstance(output, dict):
+        return False, None
+    meta = output.get("metadata") if isinstance(output.get("metadata"), dict) else {}
+    exit_code = int_or_none(meta.get("exit_code"))
+    if exit_code is None:
+        exit_code = int_or_none(output.get("exit_code"))
+    if exit_code is not None and exit_code != 0:
+        return True, f"exit code {exit_code}"
+    return False, None
 
 
 def ledger_tokens(usage: dict[str, Any]) -> dict[str, int]:

@@ -10,7 +10,9 @@ runner, an idle timeout or never.
 
 Mapping: SessionStart -> ``Started``; UserPromptSubmit -> ``PromptSubmitted``;
 PreToolUse/PostToolUse -> ``ToolCallStarted``/``ToolCallCompleted`` keyed by
-``tool_use_id`` (``tool:{id}:start|end``; Codex uses the model's ``call_id``, the key the
+``tool_use_id`` (failed as the rollout's copy of the call would be:
+:func:`ledger.sources.codex_common.call_failure` of ``tool_response``, the output Codex
+gives the model) (``tool:{id}:start|end``; Codex uses the model's ``call_id``, the key the
 rollout source uses); PermissionRequest -> ``PermissionRequested``; Stop -> ``TurnEnded``;
 StopFailure -> ``TurnEnded`` with the error; PreCompact -> ``Compacted``; any other name
 -> ``UnknownHookEvent`` with the raw payload. Other keys: ``hook:{capture_key}``.
@@ -25,7 +27,7 @@ from ledger.observation import Observation, SessionRef
 from ledger.privacy import strip_private
 from ledger.sources.claude_common import text_hash
 from ledger.sources.claude_hooks import HookPayloadError
-from ledger.sources.codex_common import AGENT
+from ledger.sources.codex_common import AGENT, call_failure
 from ledger.sources.jsonl import str_or_none
 
 SOURCE_FORMAT = "codex.hook"
@@ -137,8 +139,7 @@ def _facts(
         ]
     if name == "PostToolUse":
         response = p.get("tool_response")
-        exit_code = response.get("exit_code") if isinstance(response, dict) else None
-        failed = isinstance(exit_code, int) and not isinstance(exit_code, bool) and exit_code != 0
+        failed, error = call_failure(response)  # as the rollout's copy of the call
         return [
             obs(
                 "ToolCallCompleted",
@@ -147,7 +148,7 @@ def _facts(
                     "tool_name": s("tool_name"),
                     "output": response,
                     "is_error": failed,
-                    "error": f"exit code {exit_code}" if failed else None,
+                    "error": error,
                 },
                 f"tool:{call_id}:end" if call_id else key,
             )

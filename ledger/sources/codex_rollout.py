@@ -43,12 +43,16 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-import orjson
-
-from ledger import jsontext
 from ledger.observation import BEFORE_FIRST_PROMPT, Observation, Rejected, SessionRef
 from ledger.sources.claude_common import parse_time, text_hash
-from ledger.sources.codex_common import AGENT, has_usage, ledger_tokens, subtract
+from ledger.sources.codex_common import (
+    AGENT,
+    call_failure,
+    has_usage,
+    ledger_tokens,
+    maybe_json,
+    subtract,
+)
 from ledger.sources.jsonl import (
     Decoded,
     LineKeys,
@@ -68,8 +72,6 @@ _THREAD_IN_NAME = re.compile(
 )
 _CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
-_REFUSED = re.compile(r"failed in sandbox |\S+ rejected by user")
-"""Plain-text outputs of a call Codex did not run (sandbox failure, the user said no)."""
 
 
 PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledger/catalogue.py)
@@ -355,30 +357,24 @@ class RolloutParser:
                     {
                         "tool_use_id": call_id,
                         "tool_name": name,
-                        "tool_input": _maybe_json(raw_input),
+                        "tool_input": maybe_json(raw_input),
                     },
                     **common,
                 )
             ]
-        output = _maybe_json(p.get("output"))
+        output = maybe_json(p.get("output"))
         meta = (
             output.get("metadata")
             if isinstance(output, dict) and isinstance(output.get("metadata"), dict)
             else {}
         )
-        exit_code = int_or_none(meta.get("exit_code"))
         seconds = meta.get("duration_seconds")
         duration = (
             round(seconds * 1000)
             if isinstance(seconds, int | float) and not isinstance(seconds, bool)
             else None
         )
-        failed = exit_code is not None and exit_code != 0
-        error = f"exit code {exit_code}" if failed else None
-        if isinstance(output, str) and _REFUSED.match(output):
-            # Codex answers a call it did not run with text, not JSON: "failed in sandbox
-            # … exit code: 2, stdout: …", "patch rejected by user"
-            failed, error = True, output.splitlines()[0][:200] if output.strip() else output
+        failed, error = call_failure(output)
         return [
             Observation(
                 ref,
@@ -499,11 +495,3 @@ def _uuid7_time(value: Any) -> datetime | None:
         return None
 
 
-def _maybe_json(value: Any) -> Any:
-    """Codex writes tool arguments and outputs as JSON strings; decode them when they are."""
-    if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return jsontext.loads(value)
-        except orjson.JSONDecodeError:
-            return value
-    return value
