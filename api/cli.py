@@ -235,7 +235,7 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
     """Recompute every hash chain; exit 1 naming the session and position on a problem.
 
     With PATH (an export directory): verify the export on its own, no store needed."""
-    from api.cli_export import store_anchors, verify_export_cmd
+    from api.cli_export import locate, store_anchors, verify_export_cmd
     from ledger.verify import verify_store
 
     if path is not None:
@@ -257,8 +257,10 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
     services = _services(ctx)
     # read before the log: a healthy projection never gets ahead of the log's head
     read_up_to = {s.name: s.position for s in services.runner.status()}
-    anchors = store_anchors(services)  # event_index + the heads of earlier exports
-    report = verify_store(services.ledger.recorder, services.ledger.mapper, anchors)
+    # event_index + the heads and link chains of earlier exports
+    anchors, links = store_anchors(services)
+    report = verify_store(services.ledger.recorder, services.ledger.mapper, anchors, links)
+    locate(services, report.problems)
     head = services.ledger.max_position()
     past = {name: position for name, position in read_up_to.items() if position > head}
     ahead = [  # e.g. a cut tail whose event_index rows (the anchors) were deleted with it

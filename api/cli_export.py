@@ -126,10 +126,11 @@ def verify_export_cmd(ctx: click.Context, path: Path, against_store: bool) -> No
                f"chains, counts, heads and sha256 match the manifest{matched}")
 
 
-def store_anchors(services: Any) -> Iterator[Any]:
+def store_anchors(services: Any) -> tuple[Iterator[Any], list[Any]]:
     """``event_index`` anchors merged with the export anchors of the data directory that
     are this store's (by its id, :mod:`ledger.store_id`), in position order, without
-    duplicates; notes on stderr how many anchor files belong to other stores. Raises
+    duplicates, and those files' link chain heads (:class:`ledger.verify.LinkAnchor`);
+    notes on stderr how many anchor files belong to other stores. Raises
     click.ClickException for a bad anchor file."""
     from ledger.exports.anchors import load_anchors
     from ledger.store_id import read_store_id
@@ -148,7 +149,27 @@ def store_anchors(services: Any) -> Iterator[Any]:
             "than this store's",
             err=True,
         )
-    return _unique(heapq.merge(services.anchors(), loaded.anchors, key=lambda a: a.position))
+    merged = _unique(heapq.merge(services.anchors(), loaded.anchors, key=lambda a: a.position))
+    return merged, loaded.links
+
+
+def locate(services: Any, problems: list[Any]) -> None:
+    """Name, in each of ``problems`` about the log's order (a link chain ending
+    elsewhere), the first position where the store differs, from the export the anchor
+    was written for when it is still where it was written (unchanged)."""
+    from ledger.exports.check import first_difference
+
+    for problem in problems:
+        if problem.link is None or problem.position is not None:
+            continue
+        found = first_difference(problem.link, services.ledger.recorder, services.ledger.mapper)
+        if found is None or found.position is None:
+            continue
+        problem.position, problem.stream_id, problem.version = (
+            found.position, found.stream_id or "", found.version
+        )
+        problem.message += (f"; the first difference: {problem.link.export} row {found.row}: "
+                            f"{found.message}")
 
 
 def _unique(anchors: Iterable[Any]) -> Iterator[Any]:

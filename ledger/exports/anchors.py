@@ -1,9 +1,14 @@
 """Export anchors: the chain heads of every export, kept in the data directory.
 
 Each export also writes ``<data_dir>/anchors/export-<time>-<link>.json`` with the head
-(position, version, digest) of every stream it holds. Store ``verify`` reads them as
-extra :class:`ledger.verify.Anchor`\\ s, so a tail cut after an export is detected even
-when the ``event_index`` read model (the other anchors) has been rebuilt from the cut log.
+(position, version, digest) of every stream it holds, and the export's link chain head
+(``link``: the last row's ``link`` and its position; with ``filters``, the rows it
+covers). Store ``verify`` reads the heads as extra :class:`ledger.verify.Anchor`\\ s, so
+a tail cut after an export is detected even when the ``event_index`` read model (the
+other anchors) has been rebuilt from the cut log, and the link as a
+:class:`ledger.verify.LinkAnchor`, so is a change of the log's order that keeps every
+stream's versions in order (two streams' events swapped). Files written before ``link``
+existed give heads only.
 
 Each file names the store it came from by the store's own id (``store_id``:
 :func:`ledger.store_id.store_id`, kept inside the store), and only the current store's
@@ -27,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger.verify import Anchor
+from ledger.exports.records import Filters
+from ledger.verify import Anchor, LinkAnchor
 
 FOLDER = "anchors"
 
@@ -47,6 +53,8 @@ def save_anchors(
         "export": str(output),
         "created_at": manifest["created_at"],
         "store_head_position": manifest["store_head_position"],
+        "filters": manifest["filters"],
+        "link": {"position": manifest["last_position"], "head": manifest["link_head"]},
         "heads": {
             s: {k: h[k] for k in ("head_position", "head_version", "head_digest")}
             for s, h in manifest["streams"].items()
@@ -60,6 +68,8 @@ def save_anchors(
 class LoadedAnchors:
     anchors: list[Anchor] = field(default_factory=list)
     """Sorted by position, duplicates removed."""
+    links: list[LinkAnchor] = field(default_factory=list)
+    """The link chain heads of the files that keep one (not of an empty export)."""
     other_stores: dict[str, int] = field(default_factory=dict)
     """Anchor files left out as another store's: count per store (its id, or its
     ``store`` text for an old file)."""
@@ -85,10 +95,28 @@ def load_anchors(data_dir: Path, store_id: str | None, store: str) -> LoadedAnch
                     Anchor(int(h["head_position"]), stream, int(h["head_version"]),
                            str(h["head_digest"]))
                 )
+            if data.get("link") is not None and data["link"]["position"] is not None:
+                loaded.links.append(LinkAnchor(
+                    _int(data["link"]["position"]), _str(data["link"]["head"]), path.name,
+                    Filters.from_dict(data.get("filters") or {}),
+                    data["export"] if isinstance(data.get("export"), str) else None,
+                ))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"export anchor file {path} is unreadable: {e!r}") from e
     loaded.anchors = sorted(found, key=lambda a: (a.position, a.stream_id))
     return loaded
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not an integer")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
 
 
 def _owner(data: dict[str, Any], store_id: str | None, store: str) -> str | None:
