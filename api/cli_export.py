@@ -102,18 +102,25 @@ def _export_otlp(services: Any, ids: list[str], since: Any, output: Path, as_jso
         click.echo(f"exported {traces} traces ({len(spans)} spans) as OTLP JSON to {output}")
 
 
-def verify_export_cmd(ctx: click.Context, path: Path, against_store: bool) -> None:
-    """``hookledger verify PATH [--against-store]``: exit 1 naming the first bad record."""
+def verify_export_cmd(
+    ctx: click.Context, path: Path, against_store: bool, anchors_dir: Path | None = None
+) -> None:
+    """``hookledger verify PATH [--against-store] [--anchors DATA_DIR]``: exit 1 naming
+    the first bad record."""
+    from ledger.exports.anchors import check_export
     from ledger.exports.check import compare_with_store, verify_export
 
     report = verify_export(path)
     problems = list(report.problems)
     matched = ""
+    if not problems and anchors_dir is not None:
+        anchor, problems = check_export(path, report.manifest, anchors_dir)
+        matched = f"; matches export anchor file {anchor}"
     if not problems and against_store:
         services = _services(ctx)
         problems = compare_with_store(path, services.ledger.recorder, services.ledger.mapper)
         m = report.manifest
-        matched = (f"; matches the store exactly up to position {m['store_head_position']} "
+        matched += (f"; matches the store exactly up to position {m['store_head_position']} "
                    f"({len(m['streams'])} stream heads)")
     if problems:
         for problem in problems[:MAX_SHOWN]:

@@ -839,3 +839,40 @@ def test_export_anchors_reveal_two_streams_events_swapped_in_the_log(
     r = cli(settings, "verify", check=False)
     assert r.returncode == 0, r.stderr
     assert b"anchors checked" in r.stdout
+
+
+def test_verify_path_checks_the_manifest_against_a_data_directorys_anchors(
+    copy: Path, exports: dict[str, Path], tmp_path: Path
+) -> None:
+    """``verify PATH --anchors DATA_DIR``: an export redone consistently by a forger
+    (one event altered, every digest, link, head and sha256 redone) passes ``verify
+    PATH``; the anchor file the store wrote when the export was taken (kept in its data
+    directory) does not match its heads and link head."""
+    data_dir = exports["jsonl"].parent / "data"
+    no_store = Settings(tmp_path / "no-store")
+    code, out, err = verify(no_store, copy, "--anchors", str(data_dir))
+    assert code == 0, err
+    assert "matches export anchor file export-" in out
+    rows = read_rows(copy)
+    i = len(rows) // 2
+    event = json.loads(rows[i]["canonical"])
+    event["agent"] = "forged"
+    rows[i]["canonical"] = json.dumps(event, sort_keys=True, separators=(",", ":"),
+                                      ensure_ascii=False)
+    forge(copy, rows, json.loads((copy / "manifest.json").read_text()))
+    assert verify(no_store, copy)[0] == 0, "a consistent forgery passes on its own"
+    code, out, err = verify(no_store, copy, "--anchors", str(data_dir))
+    assert code == 1, out
+    assert "FAIL manifest.json: link_head " in err, err
+    assert f"FAIL manifest.json: stream {rows[i]['stream_id']}: head v" in err, err
+    # its created_at changed too: no anchor file records it
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["created_at"] = "2026-01-01T00:00:00Z"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    code, out, err = verify(no_store, copy, "--anchors", str(data_dir))
+    assert code == 1 and "no export anchor file in " in err, err
+    # a data directory without anchors, or --anchors with no export, is refused
+    (tmp_path / "empty").mkdir()
+    assert verify(no_store, exports["jsonl"], "--anchors", str(tmp_path / "empty"))[0] == 1
+    r = cli(no_store, "verify", "--anchors", str(data_dir), check=False)
+    assert r.returncode == 2 and b"give its directory as PATH" in r.stderr
