@@ -230,14 +230,25 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @main.command()
 @click.argument("path", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--against-store", is_flag=True, help="With PATH: also compare it with the store.")
+@click.option(
+    "--anchors", "anchors_dir", metavar="DATA_DIR",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="With PATH: also check its manifest against the export anchor file this data "
+    "directory's store wrote when the export was taken (heads, link head).",
+)
 @click.pass_context
-def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
+def verify(
+    ctx: click.Context, path: Path | None, against_store: bool, anchors_dir: Path | None
+) -> None:
     """Recompute every hash chain; exit 1 naming the session and position on a problem.
 
     With PATH (an export directory): verify the export on its own, no store needed."""
-    from api.cli_export import store_anchors, verify_export_cmd
+    from api.cli_export import locate, store_anchors, verify_export_cmd
     from ledger.verify import verify_store
 
+    if path is None and anchors_dir is not None:
+        ctx.fail("--anchors DATA_DIR checks an export: give its directory as PATH (the "
+                 "store's own verify reads the anchors of --data-dir)")
     if path is not None:
         if not path.is_dir():
             ctx.fail(
@@ -245,7 +256,7 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
                 "manifest.json). An OTLP export carries no hash chain and cannot be "
                 "verified; verify a JSONL or Parquet export of the same sessions instead."
             )
-        verify_export_cmd(ctx, path, against_store)
+        verify_export_cmd(ctx, path, against_store, anchors_dir)
         return
     settings = ctx.obj["settings"]
     store = settings.sqlite_path
@@ -257,8 +268,10 @@ def verify(ctx: click.Context, path: Path | None, against_store: bool) -> None:
     services = _services(ctx)
     # read before the log: a healthy projection never gets ahead of the log's head
     read_up_to = {s.name: s.position for s in services.runner.status()}
-    anchors = store_anchors(services)  # event_index + the heads of earlier exports
-    report = verify_store(services.ledger.recorder, services.ledger.mapper, anchors)
+    # event_index + the heads and link chains of earlier exports
+    anchors, links = store_anchors(services)
+    report = verify_store(services.ledger.recorder, services.ledger.mapper, anchors, links)
+    locate(services, report.problems)
     head = services.ledger.max_position()
     past = {name: position for name, position in read_up_to.items() if position > head}
     ahead = [  # e.g. a cut tail whose event_index rows (the anchors) were deleted with it

@@ -102,18 +102,25 @@ def _export_otlp(services: Any, ids: list[str], since: Any, output: Path, as_jso
         click.echo(f"exported {traces} traces ({len(spans)} spans) as OTLP JSON to {output}")
 
 
-def verify_export_cmd(ctx: click.Context, path: Path, against_store: bool) -> None:
-    """``hookledger verify PATH [--against-store]``: exit 1 naming the first bad record."""
+def verify_export_cmd(
+    ctx: click.Context, path: Path, against_store: bool, anchors_dir: Path | None = None
+) -> None:
+    """``hookledger verify PATH [--against-store] [--anchors DATA_DIR]``: exit 1 naming
+    the first bad record."""
+    from ledger.exports.anchors import check_export
     from ledger.exports.check import compare_with_store, verify_export
 
     report = verify_export(path)
     problems = list(report.problems)
     matched = ""
+    if not problems and anchors_dir is not None:
+        anchor, problems = check_export(path, report.manifest, anchors_dir)
+        matched = f"; matches export anchor file {anchor}"
     if not problems and against_store:
         services = _services(ctx)
         problems = compare_with_store(path, services.ledger.recorder, services.ledger.mapper)
         m = report.manifest
-        matched = (f"; matches the store exactly up to position {m['store_head_position']} "
+        matched += (f"; matches the store exactly up to position {m['store_head_position']} "
                    f"({len(m['streams'])} stream heads)")
     if problems:
         for problem in problems[:MAX_SHOWN]:
@@ -126,10 +133,11 @@ def verify_export_cmd(ctx: click.Context, path: Path, against_store: bool) -> No
                f"chains, counts, heads and sha256 match the manifest{matched}")
 
 
-def store_anchors(services: Any) -> Iterator[Any]:
+def store_anchors(services: Any) -> tuple[Iterator[Any], list[Any]]:
     """``event_index`` anchors merged with the export anchors of the data directory that
     are this store's (by its id, :mod:`ledger.store_id`), in position order, without
-    duplicates; notes on stderr how many anchor files belong to other stores. Raises
+    duplicates, and those files' link chain heads (:class:`ledger.verify.LinkAnchor`);
+    notes on stderr how many anchor files belong to other stores. Raises
     click.ClickException for a bad anchor file."""
     from ledger.exports.anchors import load_anchors
     from ledger.store_id import read_store_id
@@ -148,7 +156,27 @@ def store_anchors(services: Any) -> Iterator[Any]:
             "than this store's",
             err=True,
         )
-    return _unique(heapq.merge(services.anchors(), loaded.anchors, key=lambda a: a.position))
+    merged = _unique(heapq.merge(services.anchors(), loaded.anchors, key=lambda a: a.position))
+    return merged, loaded.links
+
+
+def locate(services: Any, problems: list[Any]) -> None:
+    """Name, in each of ``problems`` about the log's order (a link chain ending
+    elsewhere), the first position where the store differs, from the export the anchor
+    was written for when it is still where it was written (unchanged)."""
+    from ledger.exports.check import first_difference
+
+    for problem in problems:
+        if problem.link is None or problem.position is not None:
+            continue
+        found = first_difference(problem.link, services.ledger.recorder, services.ledger.mapper)
+        if found is None or found.position is None:
+            continue
+        problem.position, problem.stream_id, problem.version = (
+            found.position, found.stream_id or "", found.version
+        )
+        problem.message += (f"; the first difference: {problem.link.export} row {found.row}: "
+                            f"{found.message}")
 
 
 def _unique(anchors: Iterable[Any]) -> Iterator[Any]:

@@ -22,6 +22,14 @@ A file is skipped, unread, when all of these hold:
   digest. A wiped, replaced or restored store, or another database, fails this, and
   the file is read again.
 
+Rows name the store they were recorded into by the store's own id
+(:func:`ledger.store_id.read_store_id`: ``store_id:<uuid>``) when it has one, so the
+same store reached by another URL (``localhost`` or ``127.0.0.1``, a proxy's port) finds
+them and another store at the same URL does not; a store without an id yet is named by
+its URL form (:meth:`ledger.config.Settings.store_identity`), and rows written that
+way before the store had an id are still used for files with no row under the id (the
+digest check above guards them, as it always did), and kept under the id from then on.
+
 The fingerprints are a cache kept in a SQLite file of the data directory
 (:data:`FILE_NAME`), never evidence: deleting it makes the next import read everything
 again, and ``hookledger import --reread`` ignores it.
@@ -34,9 +42,11 @@ import sqlite3
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ledger.app import Ledger
 from ledger.parsing import ParsedFile, fingerprint
+from ledger.store_id import read_store_id
 
 FILE_NAME = "imported-files.db"
 """The cache's file name in the data directory."""
@@ -65,17 +75,22 @@ def code_generation() -> str:
 
 
 class ImportedFiles:
-    """The fingerprints of files recorded whole into ``ledger``'s store (named
-    ``store``: :meth:`ledger.config.Settings.store_identity`), kept in the SQLite file
-    ``path``. A context manager (closes the file).
+    """The fingerprints of files recorded whole into ``ledger``'s store (named by its
+    id, else by ``store``: :meth:`ledger.config.Settings.store_identity`), kept in the
+    SQLite file ``path``. A context manager (closes the file).
 
     Raises:
         sqlite3.Error: ``path`` cannot be opened or created.
+        Exception: whatever the store raises when its id cannot be read.
     """
 
     def __init__(self, path: Path, ledger: Ledger, store: str) -> None:
         self.ledger = ledger
-        self.store = store
+        found = read_store_id(ledger.recorder)
+        self.store = f"store_id:{found}" if found is not None else store
+        """The name the rows of this store are kept under."""
+        self.store_url = store
+        """The store's URL form: rows written before it had an id."""
         self.generation = code_generation()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, timeout=30)
@@ -96,19 +111,26 @@ class ImportedFiles:
     def unchanged(self, files: Iterable[Path]) -> set[Path]:
         """Those of ``files`` recorded whole before and unchanged since (see the module
         docstring): an import may skip them."""
-        known = {
-            path: (fp, position, digest)
-            for path, fp, position, digest in self._db.execute(
-                "SELECT path, fingerprint, position, digest FROM imported_files"
-                " WHERE store = ? AND generation = ?",
-                (self.store, self.generation),
-            )
-        }
-        out = set()
+        known: dict[str, tuple[Any, ...]] = {}
+        for name in dict.fromkeys((self.store, self.store_url)):  # the id's rows first
+            for row in self._db.execute(
+                "SELECT path, fingerprint, position, digest, recorded_at, store"
+                " FROM imported_files WHERE store = ? AND generation = ?",
+                (name, self.generation),
+            ):
+                known.setdefault(row[0], row)
+        out, moved = set(), []
         for f in files:
             row = known.get(str(f))
-            if row is not None and row[0] == fingerprint(f) and self._anchored(row[1], row[2]):
+            if row is not None and row[1] == fingerprint(f) and self._anchored(row[2], row[3]):
                 out.add(f)
+                if row[5] != self.store:  # written under the URL form before the id
+                    moved.append((self.store, row[0], row[1], self.generation, *row[2:5]))
+        if moved:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO imported_files VALUES (?, ?, ?, ?, ?, ?, ?)", moved
+                )
         return out
 
     def remember(self, run: Iterable[ParsedFile]) -> int:

@@ -14,7 +14,12 @@ Checks, in one pass over the notification log (log order):
    digest) the projections have recorded (``event_index``) must still be in the store
    unchanged. This is what reveals a deleted last event or a whole deleted stream,
    which no chain can show by itself;
-5. no stored row lies outside the log (a position of 0 or less, which the log never
+5. the log's order against the link chains of earlier exports (:class:`LinkAnchor`):
+   the chain over (position, topic, digest) of the rows an export held, recomputed over
+   the store's rows up to the export's last position, must end where the export's did.
+   This is what reveals events of different streams swapped (or moved) in the log,
+   which keeps every stream's versions in order, when no per-position anchor is left;
+6. no stored row lies outside the log (a position of 0 or less, which the log never
    reads but loading its stream does).
 
 The result names the first problem of each stream with its log position.
@@ -23,8 +28,10 @@ The result names the first problem of each stream with its log position.
 from __future__ import annotations
 
 import json
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -32,6 +39,7 @@ import orjson
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
 from ledger.envelope import RAW_SEPARATOR, chain_digest, stored_bytes
+from ledger.exports.records import Filters, link
 
 SECTION = 1000
 
@@ -44,15 +52,38 @@ class Anchor:
     digest: str
 
 
+@dataclass(frozen=True)
+class LinkAnchor:
+    """An export's link chain head (docs/exports.md, ``link_rule``): ``head`` is the
+    ``link`` of its last row, at log position ``position``, over the rows ``filters``
+    selected. ``source`` names where it was kept (the anchor file's name), ``export``
+    the export's directory as written (None: unknown)."""
+
+    position: int
+    head: str
+    source: str
+    filters: Filters = field(default_factory=Filters)
+    export: str | None = None
+
+
 @dataclass
 class Problem:
     stream_id: str
     position: int | None
     version: int | None
     message: str
+    link: LinkAnchor | None = None
+    """Set for a problem of the log's order (a link chain that ends elsewhere): then
+    ``position`` is the first position known to differ (None: somewhere up to
+    ``link.position``), ``stream_id``/``version`` the store's event there, if known."""
 
     def __str__(self) -> str:
         where = f"position {self.position}" if self.position is not None else "position ?"
+        if self.link is not None:
+            if self.position is None:
+                return f"log up to position {self.link.position}: {self.message}"
+            event = f" (stream {self.stream_id} v{self.version})" if self.stream_id else ""
+            return f"log at position {self.position}{event}: {self.message}"
         return f"stream {self.stream_id} v{self.version} at {where}: {self.message}"
 
 
@@ -69,10 +100,15 @@ class VerifyReport:
 
 
 def verify_store(
-    recorder: ApplicationRecorder, mapper: Mapper[UUID], anchors: Iterable[Anchor] = ()
+    recorder: ApplicationRecorder,
+    mapper: Mapper[UUID],
+    anchors: Iterable[Anchor] = (),
+    links: Iterable[LinkAnchor] = (),
 ) -> VerifyReport:
-    """Verify all chains in ``recorder`` and the given anchors (sorted by position)."""
+    """Verify all chains in ``recorder``, the given anchors (sorted by position) and the
+    link chains of ``links`` (any order)."""
     report = VerifyReport()
+    chains = _LinkChains(links, report)
     heads: dict[str, tuple[int, str]] = {}
     broken: set[str] = set()
     anchor_iter = iter(anchors)
@@ -86,6 +122,7 @@ def verify_store(
     for n in _notifications(recorder):
         report.events += 1
         stream = str(n.originator_id)
+        chains.check(n.id - 1)
         while anchor is not None and anchor.position < n.id:
             report.anchors += 1
             problem(
@@ -131,6 +168,9 @@ def verify_store(
                 "(e.g. a duplicate key, or an id in the JSON other than the row's)",
             )
         heads[stream] = (n.originator_version, digest or "")
+        chains.add(n.id, stream, n.topic, digest, getattr(event, "timestamp", None))
+        chains.check(n.id)
+    chains.check(None)
     for a in [anchor, *anchor_iter] if anchor is not None else []:
         report.anchors += 1
         problem(a.stream_id, a.position, a.version, "event is missing from the store (deleted, or the log's tail was cut)")
@@ -140,6 +180,65 @@ def verify_store(
             "stored row outside the log (position 0 or less): inserted behind the log's back",
         ))
     return report
+
+
+class _LinkChains:
+    """The link chain of each filter set of ``links``, recomputed over the log's rows as
+    :func:`ledger.exports.records.select` chose them, each checked at its anchors'
+    positions; the first anchor of a chain that differs is a problem (the later ones of
+    that chain differ as a consequence). A chain is followed only while it has anchors
+    left to check, and for a session export only over its sessions' rows."""
+
+    def __init__(self, links: Iterable[LinkAnchor], report: VerifyReport) -> None:
+        self.report = report
+        self.pending = deque(sorted(links, key=lambda a: a.position))
+        self.left = Counter(a.filters for a in self.pending)
+        self.chains: dict[Filters, str | None] = dict.fromkeys(self.left, "")
+        self.started: dict[Filters, set[str]] = {f: set() for f in self.chains}
+        self.every_stream = [f for f in self.chains if not f.sessions]
+        self.by_stream: dict[str, list[Filters]] = {}
+        for f in self.chains:
+            for stream in f.sessions:
+                self.by_stream.setdefault(stream, []).append(f)
+
+    def add(self, position: int, stream: str, topic: str, digest: str | None,
+            recorded: datetime | None) -> None:
+        for filters in (*self.every_stream, *self.by_stream.get(stream, ())):
+            if filters.since is not None and stream not in self.started[filters]:
+                if recorded is None or recorded < filters.since:
+                    continue
+                self.started[filters].add(stream)
+            previous = self.chains[filters]
+            # an undecodable event (already a problem) leaves the chain unknown
+            self.chains[filters] = (
+                None if previous is None or digest is None else link(previous, position, topic, digest)
+            )
+
+    def check(self, upto: int | None) -> None:
+        """Check the anchors at positions up to ``upto`` (None: all that are left)."""
+        while self.pending and (upto is None or self.pending[0].position <= upto):
+            a = self.pending.popleft()
+            self.report.anchors += 1
+            self.left[a.filters] -= 1
+            got = self.chains[a.filters]
+            if got is not None and got != a.head and self.left[a.filters] >= 0:
+                self.left[a.filters] = -1  # the chain's later anchors are not checked
+                self.report.problems.append(Problem(
+                    "", None, None,
+                    f"the log differs from what export anchor {a.source} recorded: its link "
+                    f"chain (position, topic and digest of each exported event) ends in "
+                    f"{a.head[:12]}…, the store's events give {got[:12]}…: events were "
+                    f"swapped, moved, inserted or re-topiced at or before position {a.position}",
+                    a,
+                ))
+            if self.left[a.filters] <= 0:
+                self._retire(a.filters)
+
+    def _retire(self, filters: Filters) -> None:
+        """Stop following the chain of ``filters`` (nothing left to check with it)."""
+        for group in (self.every_stream, *(self.by_stream.get(s, []) for s in filters.sessions)):
+            if filters in group:
+                group.remove(filters)
 
 
 def _stored_as_encoded(event: object, state: bytes) -> bool:

@@ -717,3 +717,94 @@ def test_duckdb_equals_relational_rows_when_starts_arrive_after_their_completion
         assert moved[0] > 100 and moved[1] > 100, moved  # (the attio calls: computed)
     finally:
         con.close()
+
+
+def _drop_store(settings: Settings) -> None:
+    """Remove the event store (and the read models) from where ``settings`` reach it,
+    leaving the data directory's analytics file: a store to be replaced in place."""
+    if not settings.is_postgres:
+        for name in ("events.db", "views.db"):
+            for suffix in ("", "-wal", "-shm"):
+                (settings.data_dir / f"{name}{suffix}").unlink(missing_ok=True)
+        return
+    import psycopg
+
+    from conftest import PG_URL
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{settings.database_schema}" CASCADE')
+        conn.execute(f'CREATE SCHEMA "{settings.database_schema}"')
+
+
+def test_a_store_replaced_in_place_by_another_is_not_mixed_into_its_analytics(
+    settings: Settings,
+) -> None:
+    """The analytics file was matched to the store by its URL form only: a store
+    replaced in place by another one (another ``events.db`` in the data directory, a
+    PostgreSQL schema emptied and refilled) kept the first store's rows. A store with an
+    id (:mod:`ledger.store_id`) is now told apart from another one by it."""
+    from api.bootstrap import build
+    from ledger.store_id import store_id
+
+    data = settings.data_dir
+    first = build(settings)
+    try:
+        import_paths(first.ledger, [SPOTTER])
+        store_id(first.ledger.recorder)  # as the first export makes it
+        catch_up(first.ledger, data)
+    finally:
+        first.close()
+    _drop_store(settings)
+    second = build(settings)
+    try:
+        import_paths(second.ledger, [SPOTTER / "short.jsonl"])
+        store_id(second.ledger.recorder)
+        catch_up(second.ledger, data)
+        head = second.ledger.max_position()
+        assert 0 < head < 1000
+        con = open_snapshot(data)
+        try:
+            assert con.execute("SELECT count(*), max(position) FROM events").fetchone() == (
+                head, head)
+        finally:
+            con.close()
+    finally:
+        second.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("settings", ["postgres"], indirect=True)
+def test_the_same_store_through_another_url_keeps_its_analytics(settings: Settings) -> None:
+    """One PostgreSQL store reached through ``127.0.0.1`` and then ``localhost`` (its
+    URL form differs): the analytics file was deleted and rebuilt from the whole log; a
+    store with an id keeps it."""
+    from dataclasses import replace
+
+    from sqlalchemy.engine import make_url
+
+    from api.bootstrap import build
+    from ledger.store_id import store_id
+    from projections.analytics.store import generation
+
+    u = make_url(settings.database_url or "")
+    host = "localhost" if u.host in ("127.0.0.1", None) else "127.0.0.1"
+    other = replace(settings, database_url=u.set(host=host).render_as_string(hide_password=False))
+    data = settings.data_dir
+    for s in (settings, other):
+        services = build(s)
+        try:
+            if s is settings:
+                import_paths(services.ledger, [SPOTTER / "short.jsonl"])
+                store_id(services.ledger.recorder)
+            catch_up(services.ledger, data)
+        finally:
+            services.close()
+        with writer_lock(data):
+            con = open_writer(data)
+            try:
+                found = generation(con)
+            finally:
+                con.close()
+        if s is settings:
+            kept = found
+    assert found == kept, "the analytics file was rebuilt"

@@ -10,6 +10,7 @@ truncated file. Counts to compare with come from the store (sqlite3 / psycopg) a
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import shutil
 import sqlite3
@@ -732,3 +733,146 @@ def test_export_anchor_files_name_the_store_by_its_own_id(tmp_path: Path) -> Non
     r = cli(settings, "verify", check=False)
     assert r.returncode == 0, r.stderr
     assert f"note: 1 export anchor file of other stores ({store_id}) not checked" in r.stderr.decode()
+
+
+def interleaved_store(settings: Settings, tmp_path: Path) -> None:
+    """Two sessions whose events interleave in the log (the first halves of two
+    transcripts, then the rest of each), as concurrent sessions' hooks do."""
+    sources = [SPOTTER / "short.jsonl", SPOTTER / "tool_heavy.jsonl"]
+    for source in sources:
+        lines = source.read_bytes().splitlines(keepends=True)
+        half = tmp_path / "half" / source.name
+        half.parent.mkdir(exist_ok=True)
+        half.write_bytes(b"".join(lines[: len(lines) // 2]))
+        cli(settings, "import", str(half))
+    for source in sources:
+        cli(settings, "import", str(source))
+
+
+def swappable_pair(rows: list[tuple[int, str, int]]) -> tuple[int, int]:
+    """Two neighbouring positions of different streams, neither a stream's last event:
+    swapping them keeps every stream's versions in order, so no chain shows it."""
+    heads = {stream: position for position, stream, _ in rows}
+    for (p1, s1, _), (p2, s2, _) in itertools.pairwise(rows):
+        if s1 != s2 and heads[s1] != p1 and heads[s2] != p2:
+            return p1, p2
+    raise AssertionError("no interleaved streams")
+
+
+def swap_positions(settings: Settings, p1: int, p2: int) -> None:
+    """Swap the log positions of two stored events, in the store itself."""
+    spare = 10**9
+    if settings.database_url:
+        table = f'"{settings.database_schema}".hookledger_events'
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            for old, new in ((p1, spare), (p2, p1), (spare, p2)):
+                conn.execute(f"UPDATE {table} SET notification_id = %s WHERE notification_id = %s",
+                             (new, old))
+        return
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        for old, new in ((p1, spare), (p2, p1), (spare, p2)):
+            db.execute("UPDATE stored_events SET rowid = ? WHERE rowid = ?", (new, old))
+
+
+def drop_read_models(settings: Settings) -> None:
+    """The read models gone (views.db deleted / their tables dropped): only the store
+    and the export anchors are left."""
+    if not settings.database_url:
+        (settings.data_dir / "views.db").unlink()
+        return
+    schema = settings.database_schema
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        tables = [t for (t,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename NOT IN "
+            "('hookledger_events', 'hookledger_store')", (schema,))]
+        conn.execute(", ".join(f'"{schema}"."{t}"' for t in tables).join(
+            ("DROP TABLE ", " CASCADE")))
+
+
+def test_export_anchors_reveal_two_streams_events_swapped_in_the_log(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Two events of different streams swapped in the store, neither a stream's head:
+    every chain still holds, and the anchor files kept only stream heads, so with the
+    read models gone the swap passed verify. The anchor file now keeps the export's link
+    head, which verify recomputes over the store's rows."""
+    interleaved_store(settings, tmp_path)
+    rows = store_rows(settings)
+    p1, p2 = swappable_pair(rows)
+    # a partial export's link covers the rows its filters chose: recomputed as it chose
+    # them, it holds on the honest store
+    stream = next(s for p, s, _ in rows if p == p1)
+    export(settings, "parquet", tmp_path / "one", "--session", stream)
+    (partial,) = (settings.data_dir / "anchors").glob("export-*.json")
+    since = json.loads(read_rows(tmp_path / "one")[1]["canonical"])["timestamp"]
+    export(settings, "jsonl", tmp_path / "since", "--since", since)
+    manifest = export(settings, "jsonl", tmp_path / "out")
+    assert p2 <= manifest["last_position"]
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 0 and b"anchors checked" in r.stdout, r.stderr
+    swap_positions(settings, p1, p2)
+    drop_read_models(settings)
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1, r.stdout
+    (anchor,) = (a for a in (settings.data_dir / "anchors").glob("export-*.json")
+                 if json.loads(a.read_text())["export"] == str(tmp_path / "out"))
+    err = r.stderr.decode()
+    # named at the first position that differs, found against the export itself
+    line = next(x for x in err.splitlines() if anchor.name in x)
+    assert line.startswith(f"FAIL log at position {p1} (stream "), err
+    assert f"row {p1}: row differs from the store's event" in line, err
+    assert partial.name in err, err  # the session's export sees it too
+    for a in (settings.data_dir / "anchors").glob("export-*.json"):
+        if a != anchor:
+            a.unlink()
+    # with the export gone, the anchor file alone still shows it (up to its last position)
+    shutil.rmtree(tmp_path / "out")
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 1, r.stdout
+    err = r.stderr.decode()
+    assert err.startswith(f"FAIL log up to position {manifest['last_position']}: "), err
+    assert anchor.name in err, err
+    # an anchor file written before it kept the link (heads only) is still read
+    old = json.loads(anchor.read_text())
+    del old["link"]
+    anchor.write_text(json.dumps(old))
+    r = cli(settings, "verify", check=False)
+    assert r.returncode == 0, r.stderr
+    assert b"anchors checked" in r.stdout
+
+
+def test_verify_path_checks_the_manifest_against_a_data_directorys_anchors(
+    copy: Path, exports: dict[str, Path], tmp_path: Path
+) -> None:
+    """``verify PATH --anchors DATA_DIR``: an export redone consistently by a forger
+    (one event altered, every digest, link, head and sha256 redone) passes ``verify
+    PATH``; the anchor file the store wrote when the export was taken (kept in its data
+    directory) does not match its heads and link head."""
+    data_dir = exports["jsonl"].parent / "data"
+    no_store = Settings(tmp_path / "no-store")
+    code, out, err = verify(no_store, copy, "--anchors", str(data_dir))
+    assert code == 0, err
+    assert "matches export anchor file export-" in out
+    rows = read_rows(copy)
+    i = len(rows) // 2
+    event = json.loads(rows[i]["canonical"])
+    event["agent"] = "forged"
+    rows[i]["canonical"] = json.dumps(event, sort_keys=True, separators=(",", ":"),
+                                      ensure_ascii=False)
+    forge(copy, rows, json.loads((copy / "manifest.json").read_text()))
+    assert verify(no_store, copy)[0] == 0, "a consistent forgery passes on its own"
+    code, out, err = verify(no_store, copy, "--anchors", str(data_dir))
+    assert code == 1, out
+    assert "FAIL manifest.json: link_head " in err, err
+    assert f"FAIL manifest.json: stream {rows[i]['stream_id']}: head v" in err, err
+    # its created_at changed too: no anchor file records it
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["created_at"] = "2026-01-01T00:00:00Z"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    code, out, err = verify(no_store, copy, "--anchors", str(data_dir))
+    assert code == 1 and "no export anchor file in " in err, err
+    # a data directory without anchors, or --anchors with no export, is refused
+    (tmp_path / "empty").mkdir()
+    assert verify(no_store, exports["jsonl"], "--anchors", str(tmp_path / "empty"))[0] == 1
+    r = cli(no_store, "verify", "--anchors", str(data_dir), check=False)
+    assert r.returncode == 2 and b"give its directory as PATH" in r.stderr

@@ -168,3 +168,36 @@ def test_the_summary_line_says_how_many_were_not_read(settings: Settings, tmp_pa
     first = _import(settings, projects)
     out = cli(settings, "import", str(projects)).stdout.decode()
     assert f"0 files ({first['files']} more unchanged since their last import: not read)" in out
+
+
+def _through_other_url(settings: Settings) -> Settings:
+    """The same store reached by another URL: PostgreSQL through the loopback host's
+    other name (``127.0.0.1`` <-> ``localhost``); the embedded file has one name only."""
+    if not settings.is_postgres:
+        return settings
+    from dataclasses import replace
+
+    from sqlalchemy.engine import make_url
+
+    u = make_url(settings.database_url or "")
+    host = "localhost" if u.host in ("127.0.0.1", None) else "127.0.0.1"
+    return replace(settings, database_url=u.set(host=host).render_as_string(hide_password=False))
+
+
+def test_the_cache_follows_the_store_by_its_id_whatever_url_reaches_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Rows were matched to the store by its URL's text: the same PostgreSQL store
+    reached through ``localhost`` after ``127.0.0.1`` read every file again. Once the
+    store has an id (the first export makes it), rows are kept under it; rows of the
+    URL form written before still count (and move to the id)."""
+    projects = _copy(SPOTTER, tmp_path)
+    first = _import(settings, projects)  # no id yet: rows under the URL form
+    cli(settings, "export", "--format", "jsonl", "--output", str(tmp_path / "out"))
+    again = _import(settings, projects)
+    assert again["files_unchanged"] == first["files"], again
+    other = _through_other_url(settings)
+    assert other.store_identity() != settings.store_identity() or not settings.is_postgres
+    through_other = _import(other, projects)
+    assert through_other["files_unchanged"] == first["files"], through_other
+    assert through_other["events_appended"] == 0

@@ -54,6 +54,7 @@ from ledger.exports.writer import (
     MANIFEST,
     as_row,
 )
+from ledger.verify import LinkAnchor
 
 INT_COLUMNS = ("position", "version")
 BATCH_ROWS = 1000
@@ -462,6 +463,26 @@ def compare_with_store(
     if store_heads != manifest["streams"]:
         problems.append(Problem(MANIFEST, None, "stream heads/counts differ from the store's"))
     return problems
+
+
+def first_difference(
+    anchor: LinkAnchor, recorder: ApplicationRecorder, mapper: Mapper[UUID]
+) -> Problem | None:
+    """Where the store first differs from the export whose link chain ``anchor`` keeps:
+    the export's directory (``anchor.export``) compared with the store record by record,
+    when it is still there, verifies on its own and ends in the anchor's link head.
+    None when it cannot tell (the export moved, altered or another one)."""
+    if anchor.export is None or not Path(anchor.export).is_dir():
+        return None
+    path = Path(anchor.export)
+    report = verify_export(path)
+    manifest = report.manifest
+    if not report.ok or (manifest.get("link_head"), manifest.get("last_position")) != (
+        anchor.head, anchor.position
+    ):
+        return None
+    found = compare_with_store(path, recorder, mapper)
+    return found[0] if found else None
 
 
 def _sha256_file(path: Path) -> str:

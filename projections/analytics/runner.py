@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.app import Ledger
+from ledger.store_id import read_store_id
 from projections.analytics import extract
 from projections.analytics.store import (
     TRACKING_NAME,
@@ -66,7 +67,8 @@ def catch_up(
     Raises whatever the store or DuckDB raises; committed sections stay committed.
     """
     with writer_lock(data_dir):
-        con = open_writer(data_dir, store=store_identity(ledger, data_dir))
+        con = open_writer(data_dir, store=store_identity(ledger, data_dir),
+                          store_id=read_store_id(ledger.recorder))
         try:
             _refresh_prices(con)
             applied = _apply(con, ledger, stop, max_sections, section, after_section)

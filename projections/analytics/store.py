@@ -179,18 +179,26 @@ def writer_lock(data_dir: Path) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def open_writer(data_dir: Path, store: str | None = None) -> Any:
+def open_writer(data_dir: Path, store: str | None = None, store_id: str | None = None) -> Any:
     """Open (creating) the writer's file with the schema. Call under :func:`writer_lock`.
 
     A file written with another :data:`SCHEMA_VERSION` (an older hookledger), or from
-    another event store than ``store`` (its identity, kept in ``analytics_meta``: two
-    PostgreSQL schemas used with one data directory), is deleted first: the next
-    catch-up replays this store's log into the current schema.
+    another event store than the one named ``store`` (its URL form) whose own id
+    (:mod:`ledger.store_id`) is ``store_id`` (None: it has none), is deleted first: the
+    next catch-up replays this store's log into the current schema. Both are kept in
+    ``analytics_meta``. A file that recorded an id belongs to the store with that id,
+    whatever URL reaches it (a store without it, or with another, is another store:
+    e.g. an ``events.db`` replaced in place); a file without one to the store of its URL
+    form (two PostgreSQL schemas used with one data directory). ``store`` None: no check.
     """
     import duckdb
 
     con = duckdb.connect(str(analytics_path(data_dir)))
-    other_store = store is not None and _meta(con, "store") not in (None, store)
+    known_id = _meta(con, "store_id")
+    other_store = store is not None and (
+        known_id != store_id if known_id is not None
+        else _meta(con, "store") not in (None, store)
+    )
     if other_store or (_meta(con, "schema_version") != str(SCHEMA_VERSION) and _has_tables(con)):
         con.close()
         remove_all(data_dir)
@@ -204,6 +212,8 @@ def open_writer(data_dir: Path, store: str | None = None) -> Any:
     )
     if store is not None:
         con.execute("INSERT OR REPLACE INTO analytics_meta VALUES ('store', ?)", [store])
+    if store is not None and store_id is not None:
+        con.execute("INSERT OR REPLACE INTO analytics_meta VALUES ('store_id', ?)", [store_id])
     if _meta(con, "generation") is None:  # a new file: newer than anything published
         con.execute(
             "INSERT INTO analytics_meta VALUES ('generation', ?)",
