@@ -142,6 +142,17 @@ def test_the_agents_end_after_terminate_or_archive_is_recorded_and_the_state_kep
     assert reopened["from_status"] == "ARCHIVED" and "operator (terminate)" in reopened["reason"]
 
 
+def _coorp_start_and_end() -> tuple[dict[str, object], dict[str, object]]:
+    """The real SessionStart and SessionEnd hook payloads of one coorp Claude Code session."""
+    logs = FIXTURES / "coorp-serverless-plugins-hook-logs"
+    end = json.loads((logs / "session_end.json").read_text())[0]
+    start = next(
+        p for p in json.loads((logs / "session_start.json").read_text())
+        if p["session_id"] == end["session_id"]
+    )
+    return start, end
+
+
 def test_a_start_in_the_same_millisecond_as_the_end_reopens_the_session(
     services: Services, client: TestClient
 ) -> None:
@@ -149,12 +160,8 @@ def test_a_start_in_the_same_millisecond_as_the_end_reopens_the_session(
     # then the session started again (``claude --resume``) in the very millisecond the
     # hooks captured the end. The log puts the start after the end: the session is live
     # again, with a Reopened, not a COMPLETED session whose agent is running.
-    logs = FIXTURES / "coorp-serverless-plugins-hook-logs"
-    end = json.loads((logs / "session_end.json").read_text())[0]
+    start, end = _coorp_start_and_end()
     name = end["session_id"]
-    start = next(
-        p for p in json.loads((logs / "session_start.json").read_text()) if p["session_id"] == name
-    )
     t0 = datetime(2026, 6, 20, 0, 30, tzinfo=UTC)
     t1 = t0 + timedelta(minutes=30)
     for key, payload, at in (
@@ -258,12 +265,8 @@ def test_a_fork_of_an_ended_session_is_paused_not_ended(
     # A real Claude Code session (coorp hook payloads) started and ended; an operator
     # forks it. The fork is PAUSED, waiting to be resumed: it has no end of its own.
     # Before, it showed the parent's ended_at (its copy of the parent's SessionEnd).
-    logs = FIXTURES / "coorp-serverless-plugins-hook-logs"
-    end = json.loads((logs / "session_end.json").read_text())[0]
+    start, end = _coorp_start_and_end()
     name = end["session_id"]
-    start = next(
-        p for p in json.loads((logs / "session_start.json").read_text()) if p["session_id"] == name
-    )
     t0 = datetime(2026, 6, 20, 0, 30, tzinfo=UTC)
     for key, payload, at in (("start", start, t0), ("end", end, t0 + timedelta(minutes=30))):
         outcome = ingest_hook(services.ledger, "claude-code", json.dumps(payload).encode(), key, at)
