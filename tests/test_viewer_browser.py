@@ -180,8 +180,9 @@ def test_viewer_live_across_restart(chromium: Any, settings: Settings, request: 
     assert seen["duplicates"] == 0
     assert seen["connects"] >= 2  # it really reconnected
     assert len(detail["tool_calls"]) == len(tool_ids)
-    # 2 prompt batches in the fixture's hooks (as test_hook_replay finds) + the markup one
-    assert len(detail["batches"]) == 3
+    # 3 prompt batches in the fixture's hooks (as test_hook_replay finds: the /prime prompt
+    # command is one since it counts as a human prompt) + the markup one
+    assert len(detail["batches"]) == 4
     assert hostile["prompt"] in shown_prompts
     assert xss == 0 and not pwned
     assert seen["positions"] == sorted(set(seen["positions"]))
