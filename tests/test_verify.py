@@ -345,3 +345,20 @@ def test_a_summary_written_by_a_version_1_writer_verifies(store: Settings) -> No
         ).fetchone()
     stream = _edit_state(store, position, lambda s: s.replace(b'"summariser":"', b'"summariser":"x', 1))
     assert_fails_naming(store, stream, position)
+
+
+def test_usage_written_before_the_one_hour_split_verifies_and_reads_as_zero(store: Settings) -> None:
+    """UsageRecorded rows as a writer before ``cache_creation_1h_input_tokens`` (class
+    version 1) left them: verify passes, and a rebuild reads them with no 1-hour writes
+    (every cache write priced at the 5-minute rate, as that version did)."""
+    assert store_as_written_before(store, "UsageRecorded", ("cache_creation_1h_input_tokens",)) > 0
+    result = cli(store, "verify", check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    cli(store, "projections", "rebuild")
+    with sqlite3.connect(store.data_dir / "views.db") as db:
+        (count, hour) = db.execute(
+            "SELECT count(*), sum(cache_creation_1h_input_tokens) FROM session_usage"
+        ).fetchone()
+    assert count > 0 and hour == 0
+    days = orjson.loads(cli(store, "analytics", "cost-per-day", "--json").stdout)
+    assert days and all(r["cache_creation_1h_input_tokens"] == 0 for r in days)
