@@ -158,6 +158,22 @@ def chain_digest(previous: str, event: BaseModel) -> str:
     return _link(previous, orjson.dumps(state, option=orjson.OPT_SORT_KEYS))
 
 
+def stored_chain_digest(previous: str, state: bytes, kind: str, originator_id: str, version: int) -> str:
+    """The digest an event stored as ``state`` (:func:`stored_bytes`) was given after
+    ``previous``, from the stored fields themselves: for an event stored at an earlier
+    class version, which its upcasters complete with fields its writer never hashed
+    (:func:`chain_digest` of the upcast event would differ). ``kind``: the class name;
+    ``originator_id`` / ``version``: the row's, as the decoded event has them."""
+    head, separator, tail = state.partition(RAW_SEPARATOR)
+    stored = orjson.loads(head)
+    stored.pop("digest", None)
+    stored.pop("class_version", None)
+    if separator:
+        stored["raw"] = tail.decode("utf-8")
+    stored.update(originator_id=originator_id, originator_version=version, kind=kind)
+    return _link(previous, orjson.dumps(stored, option=orjson.OPT_SORT_KEYS))
+
+
 RAW_SEPARATOR = b"\x00"
 """Separates an event's JSON from its raw record in the stored bytes (JSON text never
 holds a NUL byte: orjson escapes control characters)."""

@@ -21,6 +21,9 @@ import orjson
 SESSION_NAMESPACE = uuid.UUID("6f1c2a52-39a4-4bb5-8a4e-0c5a3d1f9b21")
 TOKENS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 """The four token counts of a ``UsageRecorded`` (Anthropic's convention, docs/cost.md)."""
+CACHE_1H = "cache_creation_1h_input_tokens"
+"""The ``UsageRecorded`` count of the part of ``cache_creation_input_tokens`` written with
+a 1-hour TTL (priced at its own rate; 0 when the source gives no split)."""
 MAX_COUNT = 2**53 - 1
 """Largest count (tokens, milliseconds) a source's integer is taken as, and largest cost
 (USD) a source may report: the largest integer JavaScript writes exactly. A larger one

@@ -117,7 +117,12 @@ class Session(BaseAggregate[UUID]):
     class UsageRecorded(Event):
         """Token usage of one model response. Several records of one ``message_id``:
         the last one recorded wins (read models replace, never add). Tokens: counts;
-        ``input_tokens`` excludes cache reads (Anthropic convention)."""
+        ``input_tokens`` excludes cache reads (Anthropic convention).
+        ``cache_creation_1h_input_tokens``: the part of ``cache_creation_input_tokens``
+        written to the cache with a 1-hour TTL (Anthropic's
+        ``usage.cache_creation.ephemeral_1h_input_tokens``; priced at the 1-hour write
+        rate, the rest at the 5-minute rate); 0 when the source gives no split
+        (class_version 2; a version 1 event reads as 0)."""
 
         message_id: str
         model: str | None = None
@@ -125,6 +130,14 @@ class Session(BaseAggregate[UUID]):
         output_tokens: int = 0
         cache_creation_input_tokens: int = 0
         cache_read_input_tokens: int = 0
+        cache_creation_1h_input_tokens: int = 0
+
+        class_version: ClassVar[int] = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version 1 kept one cache-creation count (read as all 5-minute writes)."""
+            state["cache_creation_1h_input_tokens"] = 0
 
     class TurnEnded(Event):
         """The agent stopped and waits for the user (Stop hook, turn_duration record)."""

@@ -4,7 +4,9 @@ Checks, in one pass over the notification log (log order):
 
 1. every stored event decodes (a flipped byte usually breaks JSON or validation);
 2. each stream's versions run 1, 2, 3, … with no gap or reordering;
-3. each event's ``digest`` equals ``sha256(previous digest + canonical event)``, and
+3. each event's ``digest`` equals ``sha256(previous digest + canonical event)`` (an
+   event stored at an earlier class version: over the fields it was stored with, which
+   its writer hashed, not the upcast event's), and
    its stored bytes are exactly the event's own encoding
    (:func:`ledger.envelope.stored_bytes`): an edit that decodes to the same event (a
    duplicate key, which readers resolve differently, a letter's case in a time, an id
@@ -38,7 +40,7 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import ApplicationRecorder, Mapper
 
-from ledger.envelope import RAW_SEPARATOR, chain_digest, stored_bytes
+from ledger.envelope import RAW_SEPARATOR, chain_digest, stored_bytes, stored_chain_digest
 from ledger.exports.records import Filters, link
 
 SECTION = 1000
@@ -159,7 +161,7 @@ def verify_store(
                 n.originator_version,
                 f"expected version {previous_version + 1}: an event was deleted or reordered",
             )
-        elif event is not None and chain_digest(previous_digest, event) != digest:
+        elif event is not None and _digest(previous_digest, event, bytes(n.state)) != digest:
             problem(stream, n.id, n.originator_version, "digest mismatch: the event was altered or reordered")
         elif event is not None and not _stored_as_encoded(event, bytes(n.state)):
             problem(
@@ -241,16 +243,36 @@ class _LinkChains:
                 group.remove(filters)
 
 
+def _earlier_version(event: object, state: bytes) -> bool:
+    """Whether ``event`` was stored at a class version below its class's (its row lacks
+    ``"class_version":N`` of the current version N > 1) and read through upcasters."""
+    version = getattr(type(event), "class_version", 1)
+    head = state.partition(RAW_SEPARATOR)[0]
+    return version > 1 and f'"class_version":{version}'.encode() not in head
+
+
+def _digest(previous: str, event: Any, state: bytes) -> str:
+    """The digest ``event`` (stored as ``state``) must carry after ``previous``: over the
+    event, or, stored at an earlier class version, over the fields stored (and hashed)
+    then — the upcast event has fields its writer never hashed."""
+    if _earlier_version(event, state):
+        try:
+            return stored_chain_digest(
+                previous, state, type(event).__name__, str(event.originator_id),
+                event.originator_version,
+            )
+        except ValueError:  # includes UnicodeDecodeError: a raw record not UTF-8
+            return ""
+    return chain_digest(previous, event)
+
+
 def _stored_as_encoded(event: object, state: bytes) -> bool:
     """Whether ``state`` is exactly what the ledger stores for ``event``. An event
     stored at an earlier class version (upcast on reading) cannot be re-encoded as it
     was then: its bytes must instead be the ledger's plain encoding of a JSON object
     (no duplicate key, no whitespace) each of whose values is the event's own."""
-    version = getattr(type(event), "class_version", 1)
-    if version > 1:
-        head = state.partition(RAW_SEPARATOR)[0]
-        if f'"class_version":{version}'.encode() not in head:
-            return _stored_as_earlier_version(event, state, version)
+    if _earlier_version(event, state):
+        return _stored_as_earlier_version(event, state, type(event).class_version)  # type: ignore[attr-defined]
     return stored_bytes(event) == state  # type: ignore[arg-type]
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ledger.lifecycle import DECISION_KINDS
-from ledger.observation import BATCH_OPENERS
+from ledger.observation import BATCH_OPENERS, CACHE_1H
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.rows import RowCache
@@ -157,6 +157,7 @@ class BatchesProjection(Projection):
             "message_id": e.message_id,
             "batch": e.batch if row is not None else None,
             **{t: getattr(e, t) for t in TOKENS},
+            CACHE_1H: e.cache_creation_1h_input_tokens,
             "cost_usd": cost,
             "unpriced_tokens": unpriced,
         }

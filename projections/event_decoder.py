@@ -22,8 +22,11 @@ None, and the caller validates it with pydantic (which raises its own error for 
 corrupted row). That is the case for keys the class does not have, a missing required
 field, null in a field that is not optional but converted (a time, UUID, enum, tuple),
 a value a conversion rejects (a time text ``fromisoformat`` refuses, a string where an
-array belongs), JSON orjson refuses, and every class that is not version 1
-(upcasters) or has a field type outside :func:`_converter`'s list. Plain strings,
+array belongs), JSON orjson refuses, a ``class_version`` the class does not have, and
+every class with a field type outside :func:`_converter`'s list. A class above version 1
+is decoded too: a row stored at an earlier version goes through the class's
+``upcast_vN_vN+1`` first, on the stored JSON, as :class:`ledger.mapper.PydanticMapper`
+does. Plain strings,
 integers and booleans are taken as written, unchecked: a row edited by hand to hold
 ``"3"`` for a token count reaches the projection as a string. Finding edited rows is
 :mod:`ledger.verify`'s job (the hash chain), not decoding's.
@@ -134,9 +137,11 @@ class _Layout(NamedTuple):
 class _Plan:
     """How one event class is built from its stored JSON."""
 
-    __slots__ = ("convert", "defaults", "fields", "layouts")
+    __slots__ = ("convert", "defaults", "fields", "layouts", "upcasts", "version")
 
     def __init__(self, cls: type[BaseModel], times: _Convert) -> None:
+        self.version: int = getattr(cls, "class_version", 1)
+        self.upcasts = [getattr(cls, f"upcast_v{v}_v{v + 1}") for v in range(1, self.version)]
         self.fields = frozenset(cls.model_fields)
         self.convert: dict[str, tuple[_Convert, bool]] = {}
         self.defaults: dict[str, Any] = {}  # field -> default (immutable ones only)
@@ -183,12 +188,12 @@ class EventDecoder:
         self._times = _times()
 
     def supports(self, cls: type) -> bool:
-        """Whether events of ``cls`` are decoded here (version 1, every field type
-        known); else the caller validates them with pydantic."""
+        """Whether events of ``cls`` are decoded here (every field type known); else the
+        caller validates them with pydantic."""
         plan = self._plans.get(cls, False)
         if plan is False:
             plan = None
-            if getattr(cls, "class_version", 1) == 1 and issubclass(cls, BaseModel):
+            if issubclass(cls, BaseModel):
                 try:
                     plan = _Plan(cls, self._times)
                 except TypeError:
@@ -205,6 +210,13 @@ class EventDecoder:
         assert plan is not None
         try:
             state = orjson.loads(head)
+            if plan.version > 1:
+                version = state.pop("class_version", 1)
+                if version != plan.version:  # stored earlier: its upcasts, in order
+                    if type(version) is not int or not 1 <= version < plan.version:
+                        return None
+                    for upcast in plan.upcasts[version - 1:]:
+                        upcast(state)
             layout = plan.layout(tuple(state))
             if layout is None:
                 return None

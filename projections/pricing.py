@@ -44,23 +44,35 @@ _DATE = re.compile(r"(?:-\d{8}|-\d{4}-\d{2}-\d{2})$")
 class Rates:
     """USD per million tokens; ``cache_read`` / ``cache_write`` None when the table has
     no separate price (those tokens are then charged at ``input``: the provider bills
-    them as ordinary input)."""
+    them as ordinary input). ``cache_write`` is the 5-minute write where the provider
+    has TTLs (Anthropic); ``cache_write_1h`` the 1-hour write (None: charged at
+    ``cache_write``)."""
 
     input: float
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_1h: float | None = None
 
     def cost(
-        self, input_tokens: int, output_tokens: int, cache_write: int, cache_read: int
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        cache_write: int,
+        cache_read: int,
+        cache_write_1h: int = 0,
     ) -> float:
+        """USD for the counts; ``cache_write`` is every cache-write token, of which
+        ``cache_write_1h`` were written with a 1-hour TTL."""
         read = self.input if self.cache_read is None else self.cache_read
         write = self.input if self.cache_write is None else self.cache_write
+        write_1h = write if self.cache_write_1h is None else self.cache_write_1h
         micro = (
             input_tokens * self.input
             + output_tokens * self.output
             + cache_read * read
-            + cache_write * write
+            + (cache_write - cache_write_1h) * write
+            + cache_write_1h * write_1h
         )
         return micro / 1_000_000
 
@@ -69,15 +81,12 @@ class Rates:
 class Price(Rates):
     """Prices of one model in USD per million tokens (fields as :class:`Rates`).
 
-    ``cache_write`` is the 5-minute write where the provider has TTLs (Anthropic);
-    ``cache_write_1h`` the 1-hour write (not used by :meth:`cost`: usage records carry
-    one cache-creation count). ``above`` / ``above_tokens``: the provider's long-context
-    rates, applied to a whole request whose prompt (input + cache read + cache write
-    tokens) exceeds ``above_tokens``.
+    ``above`` / ``above_tokens``: the provider's long-context rates, applied to a whole
+    request whose prompt (input + cache read + cache write tokens) exceeds
+    ``above_tokens``.
     """
 
     model: str = ""
-    cache_write_1h: float | None = None
     above_tokens: int | None = None
     above: Rates | None = None
     provider: str | None = None
@@ -89,14 +98,18 @@ class Price(Rates):
         output_tokens: int,
         cache_creation_input_tokens: int = 0,
         cache_read_input_tokens: int = 0,
+        cache_creation_1h_input_tokens: int = 0,
     ) -> float:
-        """USD for one request's tokens (counts, Anthropic convention)."""
+        """USD for one request's tokens (counts, Anthropic convention;
+        ``cache_creation_1h_input_tokens`` is the 1-hour part of
+        ``cache_creation_input_tokens``, the rest is priced as 5-minute writes)."""
         prompt = input_tokens + cache_creation_input_tokens + cache_read_input_tokens
         rates: Rates = self
         if self.above is not None and self.above_tokens is not None and prompt > self.above_tokens:
             rates = self.above
         return Rates.cost(
-            rates, input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens
+            rates, input_tokens, output_tokens, cache_creation_input_tokens,
+            cache_read_input_tokens, cache_creation_1h_input_tokens,
         )
 
 
@@ -105,6 +118,16 @@ def table() -> dict[str, Any]:
     """The bundled price table document (``version``, ``source``, ``unit``, ``models``)."""
     text = resources.files("projections").joinpath("data/prices.json").read_text("utf-8")
     return json.loads(text)
+
+
+def _above_1h(above: dict[str, Any], p: dict[str, Any]) -> float | None:
+    """The 1-hour cache-write rate above the long-context threshold: the table's
+    ``above.cache_write_1h``; else, when ``above`` has its own ``cache_write``, None (1-hour
+    writes charged at that long-context 5-minute rate: the table gives no 1-hour one, and
+    the base 1-hour rate may be below it); else the base ``cache_write_1h``."""
+    if "cache_write_1h" in above:
+        return float(above["cache_write_1h"])
+    return None if "cache_write" in above else p.get("cache_write_1h")
 
 
 @cache
@@ -125,6 +148,7 @@ def _prices() -> dict[str, Price]:
                 output=above.get("output", p["output"]),
                 cache_read=above.get("cache_read", p.get("cache_read")),
                 cache_write=above.get("cache_write", p.get("cache_write")),
+                cache_write_1h=_above_1h(above, p),
             )
             if above
             else None,
@@ -163,12 +187,15 @@ def cost_usd(
     output_tokens: int,
     cache_creation_input_tokens: int = 0,
     cache_read_input_tokens: int = 0,
+    cache_creation_1h_input_tokens: int = 0,
 ) -> float | None:
     """USD for one model response's usage (one request), or None when the model has no
     price.
 
     Tokens are counts in the Anthropic convention (``input_tokens`` without cache
-    reads; ``output_tokens`` with reasoning). Call it per request and add the results:
+    reads; ``output_tokens`` with reasoning); ``cache_creation_1h_input_tokens`` is the
+    part of ``cache_creation_input_tokens`` written with a 1-hour TTL, charged at
+    ``cache_write_1h`` (the rest at ``cache_write``). Call it per request and add the results:
     long-context rates (:class:`Price`) depend on one request's prompt size, so the cost
     of summed tokens can differ from the sum of per-request costs.
     """
@@ -176,7 +203,8 @@ def cost_usd(
     if price is None:
         return None
     return price.cost(
-        input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens
+        input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens,
+        cache_creation_1h_input_tokens,
     )
 
 

@@ -111,6 +111,8 @@ def _sessions(md: MetaData, sfx: str) -> list[Table]:
         Column("model", Text),
         Column("batch", Integer, nullable=False, default=0),
         *[Column(c.name, BigInteger, nullable=False, default=0) for c in tokens],
+        # the 1-hour part of cache_creation_input_tokens (priced at its own rate)
+        Column("cache_creation_1h_input_tokens", BigInteger, nullable=False, default=0),
         Column("cost_usd", Float),  # None: the model has no price
         Column("unpriced_tokens", BigInteger, nullable=False, default=0),
         Column("position", BigInteger, nullable=False),
@@ -167,6 +169,7 @@ def _batches(md: MetaData, sfx: str) -> list[Table]:
             Column("message_id", Text, primary_key=True),
             Column("batch", Integer),  # the prompt batch it is counted in; None: none
             *_token_columns(),
+            Column("cache_creation_1h_input_tokens", BigInteger, nullable=False, default=0),
             Column("cost_usd", Float),
             Column("unpriced_tokens", BigInteger, nullable=False, default=0),
         ),

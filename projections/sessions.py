@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.lifecycle import BATCH_ACTIVITY, ENDED_STATES, NOT_ACTIVITY, SessionStatus
-from ledger.observation import BATCH_OPENERS, TOKENS
+from ledger.observation import BATCH_OPENERS, CACHE_1H, TOKENS
 from ledger.session import Session
 from projections.base import Batch, Projection, event_time, iso, session_events
 from projections.pricing import cost_usd
@@ -60,10 +60,11 @@ def subagent_type(e: Session.ToolCallStarted) -> str | None:
 
 
 def usage_cost(e: Session.UsageRecorded) -> tuple[float | None, int]:
-    """(``cost_usd`` or None, unpriced tokens) of one usage event."""
+    """(``cost_usd`` or None, unpriced tokens) of one usage event (its 1-hour cache
+    writes at the 1-hour rate)."""
     cost = cost_usd(
         e.model, e.input_tokens, e.output_tokens, e.cache_creation_input_tokens,
-        e.cache_read_input_tokens,
+        e.cache_read_input_tokens, e.cache_creation_1h_input_tokens,
     )
     return cost, (0 if cost is not None else sum(getattr(e, t) for t in TOKENS))
 
@@ -343,6 +344,7 @@ class SessionsProjection(Projection):
             "batch": e.batch,
             "position": position,
             **{t: getattr(e, t) for t in TOKENS},
+            CACHE_1H: e.cache_creation_1h_input_tokens,
             "cost_usd": cost,
             "unpriced_tokens": unpriced,
         }

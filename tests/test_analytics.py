@@ -304,9 +304,10 @@ def test_the_sql_constants_agree_with_the_code() -> None:
                for r in extract.price_rows(["claude-sonnet-4", "no-such-model"]))
 
 
-MIRRORED_VERSIONS = {"Summarised": 2}
+MIRRORED_VERSIONS = {"Summarised": 2, "UsageRecorded": 2}
 """Classes above version 1 whose upcasts extract.py was checked against: Summarised v2
-only adds ``tokens_estimated`` (False for v1), a field the extraction does not read."""
+only adds ``tokens_estimated`` (False for v1), a field the extraction does not read;
+UsageRecorded v2 adds ``cache_creation_1h_input_tokens`` (0 for v1), read as 0 when NULL."""
 
 
 def test_every_event_class_is_at_version_one() -> None:

@@ -3,7 +3,9 @@
 Expected costs are computed here independently: usage read from the fixture files with
 plain json (``tests/oracle.py`` rules: records deduplicated by uuid, usage grouped by
 ``message.id``, the last record wins), times the prices read from the checked-in table
-``projections/data/prices.json`` with plain json.
+``projections/data/prices.json`` with plain json. Cache writes: the 1-hour part
+(``usage.cache_creation.ephemeral_1h_input_tokens``) at ``cache_write_1h``, the rest of
+``cache_creation_input_tokens`` at ``cache_write`` (the 5-minute rate).
 """
 
 from __future__ import annotations
@@ -38,16 +40,30 @@ def _price(model: Any) -> dict | None:
     return PRICES.get(re.sub(r"\[[^\]]*\]$", "", model.lower()))
 
 
+def _hour_writes(usage: dict) -> int:
+    """The 1-hour cache writes of a raw Anthropic usage object, or of a read-model row."""
+    split = usage.get("cache_creation")
+    if isinstance(split, dict):
+        return split.get("ephemeral_1h_input_tokens") or 0
+    return usage.get("cache_creation_1h_input_tokens") or 0
+
+
 def _usd(price: dict, usage: dict) -> float:
     n = {f: usage.get(f) or 0 for f in TOKENS}
+    hour = _hour_writes(usage)
     prompt = n["input_tokens"] + n["cache_read_input_tokens"] + n["cache_creation_input_tokens"]
+    hour_rate = price.get("cache_write_1h")
     if "above" in price and prompt > price["above"]["tokens"]:  # long-context request
+        if "cache_write" in price["above"]:  # no long-context 1-hour rate in the table
+            hour_rate = price["above"].get("cache_write_1h")
         price = {**price, **price["above"]}
+    write = price.get("cache_write", price["input"])
     return (
         n["input_tokens"] * price["input"]
         + n["output_tokens"] * price["output"]
         + n["cache_read_input_tokens"] * price.get("cache_read", price["input"])
-        + n["cache_creation_input_tokens"] * price.get("cache_write", price["input"])
+        + (n["cache_creation_input_tokens"] - hour) * write
+        + hour * (write if hour_rate is None else hour_rate)
     ) / 1e6
 
 
@@ -75,6 +91,66 @@ def expected_costs(path: Path) -> dict[str, dict[str, float]]:
                 cost += _usd(price, usage)
         out[key] = {"cost_usd": cost, "unpriced_tokens": unpriced}
     return out
+
+
+def expected_days(paths: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(UTC day, model or "(none)") -> cost_usd, unpriced_tokens, cache writes (all, 1-hour)
+    of the last usage per message id, on the day (source clock) of the first record that
+    carries it (a repeated usage is one fact)."""
+    out: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"cost_usd": 0.0, "unpriced_tokens": 0, "cache_creation_input_tokens": 0,
+                 "cache_creation_1h_input_tokens": 0})
+    for path in paths:
+        records = oracle.dedupe(oracle.read_records(path)[0])
+        by_uuid = {r["uuid"]: r for r in records if r.get("uuid") is not None}
+        last: dict[Any, tuple[Any, dict, str]] = {}
+        for i, rec in enumerate(records):
+            key = oracle.session_key(rec, by_uuid)
+            msg = rec.get("message")
+            if key is None or rec.get("type") != "assistant" or not isinstance(msg, dict):
+                continue
+            if isinstance(msg.get("usage"), dict):
+                mid = (key, msg.get("id") or ("record", i))
+                same = mid in last and last[mid][1] == msg["usage"]
+                at = last[mid][2] if same else rec["timestamp"]
+                last[mid] = (msg.get("model"), msg["usage"], at)
+        for model, usage, at in last.values():
+            day = datetime.fromisoformat(at.replace("Z", "+00:00")).astimezone(UTC).date()
+            row = out[(day.isoformat(), model or "(none)")]
+            price = _price(model)
+            if price is None:
+                row["unpriced_tokens"] += sum(usage.get(f) or 0 for f in TOKENS)
+            else:
+                row["cost_usd"] += _usd(price, usage)
+            row["cache_creation_input_tokens"] += usage.get("cache_creation_input_tokens") or 0
+            row["cache_creation_1h_input_tokens"] += _hour_writes(usage)
+    return out
+
+
+def test_cost_per_day_and_sessions_match_the_raw_fixture_json(settings) -> None:  # type: ignore[no-untyped-def]
+    """Every Claude Code transcript fixture imported into one store: ``hookledger
+    analytics cost-per-day`` and the sessions' ``cost_usd`` equal the recomputation from
+    the raw JSON, 1-hour cache writes (``cache_creation.ephemeral_1h_input_tokens``) at
+    the 1-hour rate (opus-4-6: 10.0 USD/MTok, not 6.25: 2026-02-11 showed $10.64 for
+    $11.96)."""
+    paths = [FIXTURES / rel for rel in oracle.TRANSCRIPT_FILES]
+    cli(settings, "import", *map(str, paths))
+    want = expected_days(paths)
+    assert sum(w["cache_creation_1h_input_tokens"] for w in want.values()) > 900_000
+    got = json.loads(cli(settings, "analytics", "cost-per-day", "--json").stdout)
+    assert {(r["day"], r["model"]) for r in got} == set(want)
+    for r in got:
+        w = want[(r["day"], r["model"])]
+        assert r["cost_usd"] == pytest.approx(w["cost_usd"], abs=1e-6), (r["day"], r["model"])
+        assert r["unpriced_tokens"] == w["unpriced_tokens"]
+        assert r["cache_creation_input_tokens"] == w["cache_creation_input_tokens"]
+        assert r["cache_creation_1h_input_tokens"] == w["cache_creation_1h_input_tokens"]
+    opus = want[("2026-02-11", "claude-opus-4-6")]["cost_usd"]
+    assert opus == pytest.approx(11.962337, abs=1e-6)
+    sessions = {r["external_id"]: r for r in json.loads(cli(settings, "sessions", "--json").stdout)}
+    expected = {k: v for p in paths for k, v in expected_costs(p).items()}
+    for key, w in expected.items():
+        assert sessions[key]["cost_usd"] == pytest.approx(w["cost_usd"], rel=1e-9, abs=1e-12), key
 
 
 def _rows(services: Services, table: str, session_id: str) -> list[dict[str, Any]]:
@@ -273,3 +349,42 @@ def test_read_models_of_an_older_schema_are_rebuilt(settings) -> None:  # type: 
         assert queries.list_sessions(s.models) == want
     finally:
         s.close()
+
+
+def test_stream_json_one_hour_cache_writes_are_priced_at_their_rate(
+    services: Services, tmp_path: Path
+) -> None:
+    """A real stream-json capture whose usage carries the TTL split (as CLI 2.x writes
+    it: ``cache_creation{ephemeral_5m_input_tokens, ephemeral_1h_input_tokens}``; the
+    capture's build wrote none, so it is added here): every assistant usage keeps its
+    1-hour part, and the ``result``'s usage beyond the streamed records keeps the rest
+    of it (600 of 1,000 more cache writes), each priced as the raw JSON says."""
+    lines = []
+    for line in (STREAM / "create_file.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        usage = (rec.get("message") or {}).get("usage") if rec.get("type") == "assistant" else None
+        if rec.get("type") == "result":
+            usage = rec["usage"]
+            usage["cache_creation_input_tokens"] += 1000  # not streamed: the rest
+        if usage is not None:
+            hour = usage["cache_creation_input_tokens"] - (400 if rec["type"] == "result" else 0)
+            usage["cache_creation"] = {
+                "ephemeral_5m_input_tokens": usage["cache_creation_input_tokens"] - hour,
+                "ephemeral_1h_input_tokens": hour,
+            }
+        lines.append(json.dumps(rec))
+    path = tmp_path / "create_file.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    import_paths(services.ledger, [path])
+    services.runner.catch_up()
+    (s,) = [s for s in queries.list_sessions(services.models) if s["agent"] == "claude-code"]
+    usage = {u["message_id"]: u for u in _rows(services, "session_usage", s["id"])}
+    streamed = {k: u for k, u in usage.items() if not k.endswith(":unstreamed")}
+    (rest,) = [u for k, u in usage.items() if k.endswith(":unstreamed")]
+    assert all(u["cache_creation_1h_input_tokens"] == u["cache_creation_input_tokens"] > 0
+               for u in streamed.values())
+    assert (rest["cache_creation_input_tokens"], rest["cache_creation_1h_input_tokens"]) == (1000, 600)
+    assert rest["model"] is not None and _price(rest["model"]) is not None  # the run's one model
+    want = sum(_usd(_price(u["model"]), u) for u in usage.values())  # type: ignore[arg-type]
+    assert s["cost_usd"] == pytest.approx(want, rel=1e-9)
+    assert s["cache_creation_input_tokens"] == sum(u["cache_creation_input_tokens"] for u in usage.values())

@@ -37,7 +37,14 @@ HOOK_FILES = sorted(
     if p.name != "chat.json"
 )
 EXPECTED_EVENTS = 7381
-EXPECTED_SHA256 = "36fc0e63d28df8842a778e9425fe639e0e45b26ceb6ad54984f1ecaa78327004"
+EXPECTED_SHA256 = "f8827ad64207aa7aaee5af8fba383f6617b2410bfa4fd10584a688e387e4c663"
+# Re-derived on 2026-11-28 (review-cost, 1-hour cache writes): Session.UsageRecorded
+# gains cache_creation_1h_input_tokens (class_version 2), the part of
+# cache_creation_input_tokens Claude Code reports as cache_creation.ephemeral_1h_input_tokens,
+# priced at the 1-hour rate. The same 7,381 rows at the same positions, keys and topics;
+# compared row by row against dbeeff6: all 668 UsageRecorded rows gain the field (342 of
+# them non-zero) and "class_version":2, otherwise equal; 4,530 later rows of the same 41
+# streams differ in their digest only; raw records unchanged.
 # Re-derived on 2026-11-28 (review-lifecycle, slash commands): a Claude Code prompt
 # command (its prompt goes to the model: written with <command-message> first in a
 # transcript; any /name in a UserPromptSubmit hook) is a human prompt that opens a batch,

@@ -6,11 +6,13 @@ table); ``verify`` must then exit 1 and name the affected stream and log positio
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sqlite3
 import uuid
 from pathlib import Path
 
+import orjson
 import psycopg
 import pytest
 
@@ -248,14 +250,6 @@ def test_an_edit_that_takes_class_version_out_is_still_checked(store: Settings) 
     assert_fails_naming(store, stream, position)
 
 
-def test_a_summary_stored_at_class_version_1_verifies(store: Settings) -> None:
-    position = _summarised_position(store)
-    edit = lambda s: s.replace(b',"tokens_estimated":false,"class_version":2}', b"}", 1)  # noqa: E731
-    _edit_state(store, position, lambda s: edit(s) if edit(s) != s else b"unchanged")
-    result = cli(store, "verify", check=False)
-    assert result.returncode == 0, result.stderr.decode()
-
-
 def test_cut_tail_with_its_anchors_deleted_is_detected_by_the_read_models_positions(
     store: Settings,
 ) -> None:
@@ -288,3 +282,83 @@ def test_verify_of_a_file_says_what_path_it_takes(store: Settings, tmp_path: Pat
     assert result.returncode == 2
     err = result.stderr.decode()
     assert "export directory" in err and "OTLP" in err, err
+
+
+def store_as_written_before(settings: Settings, kind: str, fields: tuple[str, ...]) -> int:
+    """Make the store what a writer from before ``kind`` gained ``fields`` (its class
+    version 1) left: each ``kind`` row without those fields and ``class_version``, its
+    digest over what is left (as that writer hashed it: the stored fields without
+    ``digest``, with the row's ids and ``kind``, sorted), and the chain of its stream
+    re-linked from there on, with the projections' anchors (``event_index``) and
+    sessions' head digests as that writer's catch-up recorded them. Returns the rows
+    rewritten as version 1."""
+    changed = 0
+    digests: dict[int, str] = {}
+    with sqlite3.connect(settings.data_dir / "events.db") as db:
+        found = db.execute(
+            "SELECT rowid, originator_id, originator_version, topic, state FROM stored_events "
+            "ORDER BY originator_id, originator_version"
+        ).fetchall()
+        previous, stream, relink = "", None, False
+        for position, originator, version, topic, state in found:
+            if originator != stream:
+                previous, stream, relink = "", originator, False
+            head, separator, tail = bytes(state).partition(b"\x00")
+            stored = orjson.loads(head)
+            if topic.endswith(f".{kind}"):
+                for name in (*fields, "class_version"):
+                    stored.pop(name, None)
+                changed += 1
+                relink = True
+            if relink:
+                canonical = {k: v for k, v in stored.items() if k != "digest"}
+                if separator:
+                    canonical["raw"] = tail.decode("utf-8")
+                canonical.update(originator_id=str(uuid.UUID(originator)),
+                                 originator_version=version, kind=topic.rsplit(".", 1)[1])
+                link = hashlib.sha256(
+                    previous.encode() + b"\n" + orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
+                ).hexdigest()
+                stored["digest"] = digests[position] = link
+                new = orjson.dumps(stored) + (separator + tail if separator else b"")
+                db.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (new, position))
+            previous = stored["digest"]
+    with sqlite3.connect(settings.data_dir / "views.db") as db:
+        for position, link in digests.items():
+            db.execute("UPDATE event_index SET digest = ? WHERE position = ?", (link, position))
+            db.execute("UPDATE sessions SET head_digest = ? WHERE head_position = ?", (link, position))
+    return changed
+
+
+def test_a_summary_written_by_a_version_1_writer_verifies(store: Settings) -> None:
+    """A Summarised event written before ``tokens_estimated`` (class_version 1): its
+    digest covers the fields it was written with; verify must not hash the upcast event
+    (which has ``tokens_estimated``), or every store from before a class_version bump
+    fails verify."""
+    _summarised_position(store)
+    assert store_as_written_before(store, "Summarised", ("tokens_estimated",)) > 0
+    result = cli(store, "verify", check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    with sqlite3.connect(store.data_dir / "events.db") as db:  # still checked: an edit is found
+        (position,) = db.execute(
+            "SELECT min(rowid) FROM stored_events WHERE topic LIKE '%:Session.Summarised'"
+        ).fetchone()
+    stream = _edit_state(store, position, lambda s: s.replace(b'"summariser":"', b'"summariser":"x', 1))
+    assert_fails_naming(store, stream, position)
+
+
+def test_usage_written_before_the_one_hour_split_verifies_and_reads_as_zero(store: Settings) -> None:
+    """UsageRecorded rows as a writer before ``cache_creation_1h_input_tokens`` (class
+    version 1) left them: verify passes, and a rebuild reads them with no 1-hour writes
+    (every cache write priced at the 5-minute rate, as that version did)."""
+    assert store_as_written_before(store, "UsageRecorded", ("cache_creation_1h_input_tokens",)) > 0
+    result = cli(store, "verify", check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    cli(store, "projections", "rebuild")
+    with sqlite3.connect(store.data_dir / "views.db") as db:
+        (count, hour) = db.execute(
+            "SELECT count(*), sum(cache_creation_1h_input_tokens) FROM session_usage"
+        ).fetchone()
+    assert count > 0 and hour == 0
+    days = orjson.loads(cli(store, "analytics", "cost-per-day", "--json").stdout)
+    assert days and all(r["cache_creation_1h_input_tokens"] == 0 for r in days)

@@ -11,7 +11,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.observation import Observation, SessionRef
+from ledger.observation import CACHE_1H, TOKENS, Observation, SessionRef, json_hash
+from ledger.sources.jsonl import int_or_none
 
 AGENT = "claude-code"
 
@@ -157,3 +158,24 @@ def tool_error_text(content: Any) -> str | None:
         texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
         return "\n".join(texts) or None
     return None
+
+
+def usage_tokens(usage: dict[str, Any]) -> dict[str, int]:
+    """An Anthropic ``usage`` object (transcript ``message.usage``, stream-json
+    ``assistant`` and ``result``) -> the ledger's four counts (:data:`TOKENS`, 0 when
+    missing or not an integer) and :data:`CACHE_1H`: ``cache_creation
+    .ephemeral_1h_input_tokens``, the 1-hour part of ``cache_creation_input_tokens``
+    (FORMATS.md A3), kept within 0 and that total; 0 when the usage has no split (older
+    builds; then every cache write is priced as a 5-minute one)."""
+    tokens = {k: int_or_none(usage.get(k)) or 0 for k in TOKENS}
+    split = usage.get("cache_creation")
+    hour = int_or_none(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else None
+    tokens[CACHE_1H] = max(0, min(hour or 0, tokens["cache_creation_input_tokens"]))
+    return tokens
+
+
+def usage_key(usage_id: str, tokens: dict[str, int]) -> str:
+    """The ``UsageRecorded`` key of ``tokens`` for message ``usage_id``: a hash of the
+    four counts only, as before the 1-hour split was kept, so a record read again by
+    this version is the fact an earlier version stored (one usage, not two)."""
+    return f"usage:{usage_id}:{json_hash({k: tokens[k] for k in TOKENS})}"

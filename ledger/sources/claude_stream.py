@@ -10,7 +10,8 @@ Format source: ``shared/research/FORMATS.md`` A4 (``claude-agent-sdk-python``
   one record per content block, all sharing ``message.id``), ``ToolCallStarted`` per
   ``tool_use`` block (key ``tool:{id}:start``, as in transcripts and hooks) and
   ``UsageRecorded`` keyed by ``message.id`` and the usage values (a repeated usage is
-  one fact; a changed one is recorded again and read models keep the last).
+  one fact; a changed one is recorded again and read models keep the last), with the
+  1-hour part of the cache writes (``claude_common.usage_tokens``).
 * ``user`` -> ``ToolCallCompleted`` per ``tool_result`` (key ``tool:{id}:end``); text
   content (``--input-format stream-json``) -> ``PromptSubmitted``.
 * As in transcripts (:mod:`ledger.sources.claude_transcript`): a prompt carries the alias
@@ -41,15 +42,21 @@ from typing import Any
 
 from ledger.observation import (
     BATCH_OPENERS,
+    CACHE_1H,
     MAX_COUNT,
     TOKENS,
     Observation,
     Rejected,
     SessionRef,
-    json_hash,
 )
 from ledger.sources.adapter_kit import CallCounter, PromptCounter, text_parts
-from ledger.sources.claude_common import AGENT, classify_prompt, tool_error_text
+from ledger.sources.claude_common import (
+    AGENT,
+    classify_prompt,
+    tool_error_text,
+    usage_key,
+    usage_tokens,
+)
 from ledger.sources.jsonl import Decoded, LineKeys, decode, guarded, int_or_none, str_or_none
 
 SOURCE_FORMAT = "claude-code.stream-json"
@@ -354,7 +361,7 @@ class StreamParser:
             facts.append(start)
         usage = message.get("usage")
         if isinstance(usage, dict):
-            tokens = {k: int_or_none(usage.get(k)) or 0 for k in TOKENS}
+            tokens = usage_tokens(usage)
             usage_id = message_id or key
             self.streamed[usage_id] = tokens
             if model:
@@ -363,7 +370,7 @@ class StreamParser:
                 Observation(
                     ref,
                     "UsageRecorded",
-                    f"usage:{usage_id}:{json_hash(tokens)}",
+                    usage_key(usage_id, tokens),
                     {"message_id": usage_id, "model": model, **tokens},
                     **common,
                 )
@@ -454,13 +461,13 @@ class StreamParser:
             )
         usage = rec.get("usage")
         if isinstance(usage, dict):
+            total = usage_tokens(usage)
             rest = {
-                k: max(
-                    0, (int_or_none(usage.get(k)) or 0) - sum(u[k] for u in self.streamed.values())
-                )
-                for k in TOKENS
+                k: max(0, total[k] - sum(u[k] for u in self.streamed.values()))
+                for k in (*TOKENS, CACHE_1H)
             }
-            if any(rest.values()):
+            rest[CACHE_1H] = min(rest[CACHE_1H], rest["cache_creation_input_tokens"])
+            if any(rest[k] for k in TOKENS):
                 model = next(iter(self.models)) if len(self.models) == 1 else None
                 facts.append(
                     Observation(

@@ -14,7 +14,9 @@ rules below are the union of what CC 1.0.x–2.1.x files show):
   ``file-history-snapshot``) belong to the session of the nearest record with one.
 * A record repeated with the same ``uuid`` is one fact (the event key is the uuid).
 * One API message is written as several records with the same ``message.id``; each
-  distinct usage becomes a ``UsageRecorded`` and read models keep the last one.
+  distinct usage becomes a ``UsageRecorded`` and read models keep the last one; its
+  cache writes carry their 1-hour part (``usage.cache_creation.ephemeral_1h_input_tokens``,
+  ``claude_common.usage_tokens``), priced at the 1-hour rate.
 * A line that is not UTF-8 JSON, or not a JSON object, is a :class:`Rejected` input
   with the reason; it never stops the import.
 """
@@ -35,7 +37,6 @@ from ledger.observation import (
     Observation,
     Rejected,
     SessionRef,
-    json_hash,
 )
 from ledger.privacy import may_hold_private, strip_private
 from ledger.sources.adapter_kit import CallCounter, text_parts
@@ -46,6 +47,8 @@ from ledger.sources.claude_common import (
     subagent_link,
     text_hash,
     tool_error_text,
+    usage_key,
+    usage_tokens,
 )
 from ledger.sources.jsonl import guarded, numbered_lines
 
@@ -435,21 +438,13 @@ class TranscriptParser:
             facts.append(start)
         usage = message.get("usage")
         if isinstance(usage, dict):
-            tokens = {
-                k: _int(usage.get(k)) or 0
-                for k in (
-                    "input_tokens",
-                    "output_tokens",
-                    "cache_creation_input_tokens",
-                    "cache_read_input_tokens",
-                )
-            }
+            tokens = usage_tokens(usage)
             usage_id = message_id or record_key
             facts.append(
                 Observation(
                     ref,
                     "UsageRecorded",
-                    f"usage:{usage_id}:{json_hash(tokens)}",
+                    usage_key(usage_id, tokens),
                     {"message_id": usage_id, "model": model, **tokens},
                     **common,
                 )

@@ -17,8 +17,10 @@ completion (``LateStartObserved``) moves the start as ``projections/tool_calls.p
 Stored state format: the JSON object :func:`ledger.envelope.stored_bytes` writes (the
 event's fields; the raw record after a NUL byte is cut off before staging). Every
 event class is at ``class_version`` 1 but ``Session.Summarised`` (2: adds
-``tokens_estimated``, which nothing here reads); an upcast (``class_version`` > 1) must be
-mirrored here — ``tests/test_analytics.py`` fails when a class's version moves.
+``tokens_estimated``, which nothing here reads) and ``Session.UsageRecorded`` (2: adds
+``cache_creation_1h_input_tokens``, 0 in a version 1 event: its column is NULL there and
+read as 0); an upcast (``class_version`` > 1) must be mirrored here —
+``tests/test_analytics.py`` fails when a class's version moves.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("output_tokens", "output_tokens", "BIGINT"),
     ("cache_creation_input_tokens", "cache_creation_input_tokens", "BIGINT"),
     ("cache_read_input_tokens", "cache_read_input_tokens", "BIGINT"),
+    # UsageRecorded v2; NULL in a v1 row (upcast: 0, read as such below)
+    ("cache_creation_1h_input_tokens", "cache_creation_1h_input_tokens", "BIGINT"),
     ("tool_use_id", "tool_use_id", "VARCHAR"),
     ("tool_name", "tool_name", "VARCHAR"),
     ("is_error", "is_error", "BOOLEAN"),
@@ -165,14 +169,20 @@ _EV = "events WHERE position >= $lo AND stream_id IN (SELECT id FROM touched)"
 _AT = "coalesce(occurred_at, recorded_at)"
 _LONG = """p.above_tokens IS NOT NULL AND u.input_tokens + u.cache_read_input_tokens
     + u.cache_creation_input_tokens > p.above_tokens"""
-# USD of one response: its own rates, or the long-context ones (projections/pricing.py)
+_5M = "(u.cache_creation_input_tokens - u.cache_creation_1h_input_tokens)"
+# USD of one response: its own rates, or the long-context ones (projections/pricing.py);
+# cache writes: the 1-hour part at the 1-hour rate, the rest at the 5-minute one
 _PRICE = f"""CASE WHEN p.priced AND {_LONG} THEN (u.input_tokens * p.above_input
     + u.output_tokens * p.above_output
     + u.cache_read_input_tokens * coalesce(p.above_cache_read, p.above_input)
-    + u.cache_creation_input_tokens * coalesce(p.above_cache_write, p.above_input)) / 1e6
+    + {_5M} * coalesce(p.above_cache_write, p.above_input)
+    + u.cache_creation_1h_input_tokens
+      * coalesce(p.above_cache_write_1h, p.above_cache_write, p.above_input)) / 1e6
     WHEN p.priced THEN (u.input_tokens * p.input + u.output_tokens * p.output
     + u.cache_read_input_tokens * coalesce(p.cache_read, p.input)
-    + u.cache_creation_input_tokens * coalesce(p.cache_write, p.input)) / 1e6 END"""
+    + {_5M} * coalesce(p.cache_write, p.input)
+    + u.cache_creation_1h_input_tokens * coalesce(p.cache_write_1h, p.cache_write, p.input))
+    / 1e6 END"""
 
 _ENDED_STATES = "('ARCHIVED', 'COMPLETED', 'FAILED', 'TERMINATED')"
 """ledger.lifecycle.ENDED_STATES as SQL (tests/test_analytics.py checks they agree)."""
@@ -193,6 +203,8 @@ RECOMPUTE = [
                arg_max_null(output_tokens, position) AS output_tokens,
                arg_max_null(cache_creation_input_tokens, position) AS cache_creation_input_tokens,
                arg_max_null(cache_read_input_tokens, position) AS cache_read_input_tokens,
+               coalesce(arg_max_null(cache_creation_1h_input_tokens, position), 0)
+                   AS cache_creation_1h_input_tokens,
                arg_max_null(batch, position) AS batch,
                arg_max_null({_AT}, position) AS occurred_at,
                max(position) AS position, count(*) AS records
@@ -393,6 +405,7 @@ RECOMPUTE = [
                sum(output_tokens) AS output_tokens,
                sum(cache_creation_input_tokens) AS cache_creation_input_tokens,
                sum(cache_read_input_tokens) AS cache_read_input_tokens,
+               sum(cache_creation_1h_input_tokens) AS cache_creation_1h_input_tokens,
                coalesce(sum(cost_usd), 0) AS cost_usd,
                coalesce(sum(input_tokens + output_tokens + cache_creation_input_tokens
                             + cache_read_input_tokens) FILTER (cost_usd IS NULL), 0)
@@ -443,6 +456,7 @@ RECOMPUTE = [
            coalesce(u.output_tokens, 0) AS output_tokens,
            coalesce(u.cache_creation_input_tokens, 0) AS cache_creation_input_tokens,
            coalesce(u.cache_read_input_tokens, 0) AS cache_read_input_tokens,
+           coalesce(u.cache_creation_1h_input_tokens, 0) AS cache_creation_1h_input_tokens,
            coalesce(u.cost_usd, 0) AS cost_usd, coalesce(u.unpriced_tokens, 0) AS unpriced_tokens
     FROM s LEFT JOIN u ON u.session_id = s.id LEFT JOIN ended ON ended.stream_id = s.id
     LEFT JOIN typed ON typed.id = s.id""",
@@ -471,21 +485,24 @@ def price_rows(models: list[str]) -> list[tuple[Any, ...]]:
             continue
         above = p.above if p.above_tokens is not None else None
         out.append((
-            m, True, p.input, p.output, p.cache_read, p.cache_write,
+            m, True, p.input, p.output, p.cache_read, p.cache_write, p.cache_write_1h,
             p.above_tokens if above else None,
-            *((above.input, above.output, above.cache_read, above.cache_write)
-              if above else (None,) * 4),
+            *((above.input, above.output, above.cache_read, above.cache_write,
+               above.cache_write_1h)
+              if above else (None,) * 5),
         ))
     return out
 
 
 PRICE_COLUMNS = (
-    "model", "priced", "input", "output", "cache_read", "cache_write", "above_tokens",
-    "above_input", "above_output", "above_cache_read", "above_cache_write",
+    "model", "priced", "input", "output", "cache_read", "cache_write", "cache_write_1h",
+    "above_tokens", "above_input", "above_output", "above_cache_read", "above_cache_write",
+    "above_cache_write_1h",
 )
 INSERT_PRICES = (
     "INSERT INTO model_prices (model, priced, input, output, cache_read, cache_write, "
-    "above_tokens, above_input, above_output, above_cache_read, above_cache_write) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "cache_write_1h, above_tokens, above_input, above_output, above_cache_read, "
+    "above_cache_write, above_cache_write_1h) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 """Inserts :func:`price_rows` (one ``?`` per :data:`PRICE_COLUMNS`)."""

@@ -36,6 +36,7 @@ QUERIES: dict[str, tuple[str, str, int]] = {
                    sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
                    sum(cache_creation_input_tokens) AS cache_creation_input_tokens,
                    sum(cache_read_input_tokens) AS cache_read_input_tokens,
+                   sum(cache_creation_1h_input_tokens) AS cache_creation_1h_input_tokens,
                    sum(cost_usd) AS cost_usd,
                    sum({_TOKENS}) FILTER (cost_usd IS NULL) AS unpriced_tokens
             FROM usage
@@ -44,7 +45,8 @@ QUERIES: dict[str, tuple[str, str, int]] = {
         )
         SELECT strftime(d, '%Y-%m-%d') AS day, coalesce(model, '(none)') AS model, responses,
                input_tokens, output_tokens, cache_creation_input_tokens,
-               cache_read_input_tokens, round(coalesce(cost_usd, 0), 6) AS cost_usd,
+               cache_read_input_tokens, cache_creation_1h_input_tokens,
+               round(coalesce(cost_usd, 0), 6) AS cost_usd,
                coalesce(unpriced_tokens, 0) AS unpriced_tokens
         FROM d
         ORDER BY day DESC, cost_usd DESC, model

@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS events (
     model VARCHAR, message_id VARCHAR,
     input_tokens BIGINT, output_tokens BIGINT,
     cache_creation_input_tokens BIGINT, cache_read_input_tokens BIGINT,
+    cache_creation_1h_input_tokens BIGINT,  -- UsageRecorded v2 (NULL in a v1 row: 0)
     tool_use_id VARCHAR, tool_name VARCHAR, is_error BOOLEAN, error VARCHAR,
     duration_ms BIGINT, interrupted BOOLEAN,
     prompt_kind VARCHAR, prompt_text VARCHAR, reason VARCHAR,
@@ -66,15 +67,17 @@ CREATE TABLE IF NOT EXISTS model_prices (
     model VARCHAR PRIMARY KEY,         -- the name as the usage records give it
     priced BOOLEAN NOT NULL,
     input DOUBLE, output DOUBLE, cache_read DOUBLE, cache_write DOUBLE,  -- USD / MTok
+    cache_write_1h DOUBLE,             -- 1-hour cache write (cache_write: 5-minute)
     -- long-context rates: a request whose prompt (input + cache read + cache write
     -- tokens) exceeds above_tokens is charged at these, all of it (projections/pricing.py)
     above_tokens BIGINT, above_input DOUBLE, above_output DOUBLE,
-    above_cache_read DOUBLE, above_cache_write DOUBLE
+    above_cache_read DOUBLE, above_cache_write DOUBLE, above_cache_write_1h DOUBLE
 );
 CREATE TABLE IF NOT EXISTS usage (
     session_id UUID NOT NULL, message_id VARCHAR NOT NULL, model VARCHAR,
     input_tokens BIGINT, output_tokens BIGINT,
     cache_creation_input_tokens BIGINT, cache_read_input_tokens BIGINT,
+    cache_creation_1h_input_tokens BIGINT,  -- the 1-hour part of cache_creation_input_tokens
     cost_usd DOUBLE,                   -- NULL when the model has no price
     batch INTEGER, occurred_at TIMESTAMP, position BIGINT, records INTEGER
 );
@@ -98,6 +101,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     tool_call_count INTEGER, tool_error_count INTEGER,
     input_tokens BIGINT, output_tokens BIGINT,
     cache_creation_input_tokens BIGINT, cache_read_input_tokens BIGINT,
+    cache_creation_1h_input_tokens BIGINT,
     cost_usd DOUBLE, unpriced_tokens BIGINT, agent_cost_usd DOUBLE,
     event_count INTEGER, started_at TIMESTAMP, last_activity_at TIMESTAMP,
     ended_at TIMESTAMP, first_recorded_at TIMESTAMP, last_recorded_at TIMESTAMP,
@@ -108,12 +112,13 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 """
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of :data:`DDL` and of the SQL in ``extract.py`` (``analytics_meta``
 ``schema_version``); a file with another version is rebuilt (:func:`open_writer`).
 1 (no ``schema_version`` row): before the lifecycle columns of ``events``; 2: before the
 long-context rates of ``model_prices``; 3: before ``sessions.first/last_activity_recorded_at``;
-4: before ``events.subagent_type`` (a child session's type from its parent's call)."""
+4: before ``events.subagent_type`` (a child session's type from its parent's call); 5:
+before the 1-hour cache writes (``cache_creation_1h_input_tokens``, ``cache_write_1h``)."""
 
 READ_MODEL_TABLES = ("events", "usage", "tool_calls", "prompt_batches", "sessions")
 
