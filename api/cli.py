@@ -47,10 +47,15 @@ def main(ctx: click.Context, data_dir: Path | None) -> None:
     help="Read every file, also those recorded whole by an earlier import and unchanged "
     "since (skipped unread by default); those read whole are remembered again.",
 )
+@click.option(
+    "--no-jobs", is_flag=True,
+    help="Do not run the liveness jobs after the import (by default they run once, as "
+    "`jobs run --once` does: sessions idle past the timeouts are settled).",
+)
 @click.pass_context
 def import_cmd(
     ctx: click.Context, paths: tuple[Path, ...], as_json: bool, workers: int | None,
-    reread: bool,
+    reread: bool, no_jobs: bool,
 ) -> None:
     """Import agent transcripts (files or directories, recursively).
 
@@ -61,7 +66,13 @@ def import_cmd(
     A file recorded whole by an earlier import into this store and unchanged since
     (same size, modification time and inode, same hookledger code) is not read again;
     the data directory's ``imported-files.db`` remembers them (a cache: deleting it, or
-    ``--reread``, reads everything)."""
+    ``--reread``, reads everything).
+
+    Then the liveness jobs run once (``--no-jobs``: not), as the server runs them every
+    minute: history is mostly idle, so its batches are closed, its sessions timed out
+    (COMPLETED) and those ended 30 days ago archived, with the evidence, as if a server
+    had been running; ``--json`` gives their report under ``jobs``."""
+    from api.jobs import run_jobs
     from ledger.imported_files import FILE_NAME, ImportedFiles
     from ledger.importer import discover, import_paths
 
@@ -85,11 +96,13 @@ def import_cmd(
             services.ledger, files, progress=lambda _p: bar.update(1), workers=workers,
             imported=imported, reread=reread,
         )
-    services.runner.catch_up()
+    jobs = None if no_jobs else run_jobs(services).as_dict()  # catches the projections up
+    if jobs is None:
+        services.runner.catch_up()
     summary.skipped[:0] = [(str(p), why) for p, why in missing]
     data = summary.as_dict()
     if as_json:
-        _dump(data)
+        _dump({**data, "jobs": jobs})
         return
     n_unchanged = data["files_unchanged"]
     unchanged = f" ({n_unchanged} more unchanged since their last import: not read)" if n_unchanged else ""
@@ -99,6 +112,9 @@ def import_cmd(
         f"{data['duplicates_skipped']} duplicates skipped, {data['rejected']} lines rejected"
         + (f" (parsed by {data['parse_processes']} process(es))" if data["parse_processes"] > 1 else "")
     )
+    if jobs and jobs["decisions"]:
+        decided = ", ".join(f"{k}={v}" for k, v in jobs["decisions"].items())  # type: ignore[union-attr]
+        click.echo(f"liveness jobs: {decided} (idle sessions settled; --no-jobs leaves them)")
     for skipped in data["files_skipped"]:  # type: ignore[union-attr]
         click.echo(f"skipped {skipped['path']}: {skipped['reason']}", err=True)
     for left in data["unfinished_lines_left"]:  # type: ignore[union-attr]

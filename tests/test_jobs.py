@@ -469,9 +469,34 @@ def test_sessions_ended_long_ago_are_archived(services: Services) -> None:
     }
 
 
+def test_cli_import_settles_idle_history_unless_told_not_to(
+    settings: Settings, other_settings: Settings
+) -> None:
+    # a transcript recorded months ago: the import's own job run times it out, as a
+    # running server's would within a minute; --no-jobs leaves it as the file left it
+    short = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    records = [json.loads(line) for line in short.read_bytes().splitlines()]
+    external = next(r["sessionId"] for r in records if r.get("sessionId"))
+    last = max(_time(r["timestamp"]) for r in records if r.get("timestamp"))
+    out = json.loads(cli(settings, "import", "--json", str(short)).stdout)
+    assert out["jobs"]["decisions"]["idle_session"] == 1 and out["jobs"]["appended"] >= 2
+    (row,) = json.loads(cli(settings, "sessions", "--json").stdout)
+    assert row["external_id"] == external and row["status"] in ("COMPLETED", "ARCHIVED")
+    assert row["ended_at"] == last.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    again = json.loads(cli(settings, "import", "--json", "--reread", str(short)).stdout)
+    assert again["events_appended"] == 0 and again["jobs"]["appended"] == 0
+    text = cli(settings, "import", "--reread", str(short)).stdout.decode()
+    assert "liveness jobs" not in text  # nothing left to settle: no line about it
+
+    kept = json.loads(cli(other_settings, "import", "--json", "--no-jobs", str(short)).stdout)
+    assert kept["jobs"] is None
+    (row,) = json.loads(cli(other_settings, "sessions", "--json").stdout)
+    assert row["status"] not in ("COMPLETED", "ARCHIVED") and row["ended_at"] is None
+
+
 def test_cli_jobs_run_once_with_a_given_clock(settings: Settings) -> None:
     short = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
-    cli(settings, "import", str(short))
+    cli(settings, "import", "--no-jobs", str(short))
     last = max(
         _time(json.loads(x)["timestamp"])
         for x in short.read_bytes().splitlines()
