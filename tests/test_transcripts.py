@@ -410,3 +410,22 @@ def test_inline_sidechains_with_the_same_task_prompt_link_to_their_own_task_call
 
     sessions = _import(services, path)
     assert {k: s["parent_tool_use_id"] for k, s in sessions.items() if s["parent_id"]} == expected
+
+
+def test_stats_json_names_each_rejected_line_with_its_reason(settings: Settings, tmp_path: Path) -> None:
+    # `stats --json` gave only how many lines were rejected ("rejected": 3), not which
+    # nor why: a real transcript with three bad lines put in
+    lines = (FIXTURES / "spotter-claude-transcripts" / "short.jsonl").read_bytes().splitlines()
+    bad = {2: b"\xff\xfe{not utf-8}", 5: b"[1, 2]", len(lines) + 3: b'"a string"'}
+    for n in sorted(bad):
+        lines.insert(n - 1, bad[n])
+    path = tmp_path / "short.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert [i + 1 for i, line in enumerate(lines) if line in bad.values()] == sorted(bad)
+    cli(settings, "import", str(path))
+    stats = json.loads(cli(settings, "stats", "--json").stdout)
+    assert stats["rejected"] == len(bad)
+    rejected = stats["rejected_inputs"]
+    assert [(r["source"], r["location"]) for r in rejected] == [(str(path), f"line {n}") for n in sorted(bad)]
+    reasons = [r["reason"] for r in rejected]
+    assert all(reasons) and len(set(reasons)) == len(bad)  # three different causes
