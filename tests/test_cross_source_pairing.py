@@ -743,3 +743,28 @@ def test_a_subagent_run_seen_by_stream_json_transcript_and_hooks_is_one_child_se
     for t in ("input_tokens", "output_tokens"):
         assert row[t] == sum(u[t] for u in usage.values())
     assert [(b["prompt_kind"], b["prompt"]) for b in detail["batches"]] == [("task", side[0]["message"]["content"])]
+
+
+def test_a_subagent_run_named_only_after_its_first_records_stays_one_child(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # the same stream with its task_started record after the subagent's first records:
+    # those already made the child …/task-<call>; the rest of the run stays in it
+    sid, _agent, stream, _folder, _hooks = _subagent_run(tmp_path)
+    records = [json.loads(line) for line in stream.read_text().splitlines()]
+    started = next(r for r in records if r.get("subtype") == "task_started")
+    records.remove(started)
+    first_sub = next(i for i, r in enumerate(records) if r.get("parent_tool_use_id"))
+    records.insert(first_sub + 1, started)
+    stream.write_text("".join(json.dumps(r) + "\n" for r in records))
+    calls = {b["id"] for r in records if r["type"] == "assistant" and r.get("parent_tool_use_id")
+             for b in r["message"]["content"] if b["type"] == "tool_use"}
+    _run(settings, [_import_step([stream])])
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        children = [r for r in queries.list_sessions(services.models) if r["parent_id"]]
+        assert [r["external_id"] for r in children] == [f"{sid}/task-{started['tool_use_id']}"]
+        assert children[0]["tool_call_count"] == len(calls) and children[0]["prompt_count"] == 1
+    finally:
+        services.close()

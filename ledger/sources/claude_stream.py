@@ -303,7 +303,8 @@ class StreamParser:
         subtype = rec.get("subtype")
         task_id, call = str_or_none(rec.get("task_id")), str_or_none(rec.get("tool_use_id"))
         if subtype == "task_started" and task_id and call and call not in self.agents:
-            self.agents[call] = (task_id, str_or_none(rec.get("subagent_type")))
+            if f"{ref.external_id}/task-{call}" not in self.children:  # a run is one child
+                self.agents[call] = (task_id, str_or_none(rec.get("subagent_type")))
             return []
         if subtype == "init":
             model = str_or_none(rec.get("model"))
