@@ -227,18 +227,33 @@ def _echo_activity(found: dict[str, Any], batches: set[int]) -> None:
         click.echo(line)
 
 
+def _rejected_inputs(services: Any, streams: list[str]) -> list[dict[str, str]]:
+    """``{source, location, reason}`` of every input kept as rejected, stream by stream."""
+    from uuid import UUID
+
+    from ledger.quarantine import Quarantine
+
+    return [
+        {"source": e.source, "location": e.location, "reason": e.reason}
+        for stream in streams
+        for e in services.ledger.events.get(UUID(stream))
+        if isinstance(e, Quarantine.InputRejected)
+    ]
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
-    """Counts: events, sessions, rejected inputs, prompts, tool calls."""
+    """Counts: events, sessions, rejected inputs, prompts, tool calls; with --json also
+    each rejected input's source, location and reason (rejected_inputs)."""
     from projections import queries
 
     services = _services(ctx)
     services.runner.catch_up()
     data = queries.stats(services.models)
     if as_json:
-        _dump(data)
+        _dump({**data, "rejected_inputs": _rejected_inputs(services, queries.rejected_streams(services.models))})
     else:
         click.echo("  ".join(f"{k}={v}" for k, v in data.items()))
 

@@ -324,6 +324,18 @@ def stats(models: ReadModels) -> dict[str, int]:
     }
 
 
+def rejected_streams(models: ReadModels) -> list[str]:
+    """Ids of the streams holding rejected input (one per source), in the order of their
+    first rejected input in the log."""
+    ei = models.table("event_index")
+    first = func.min(ei.c.position)
+    with models.engine.connect() as conn:
+        rows = conn.execute(
+            select(ei.c.stream_id).where(ei.c.kind == "InputRejected").group_by(ei.c.stream_id).order_by(first)
+        ).all()
+    return [r[0] for r in rows]
+
+
 def session_event_positions(models: ReadModels, session_id: str) -> dict[int, int]:
     """version -> log position for one stream."""
     ei = models.table("event_index")

@@ -646,3 +646,125 @@ def test_a_stream_json_prompt_and_the_hooks_copy_of_it_are_one_prompt(
         assert detail is not None
         assert detail["prompt_count"] == 1, order
         assert [(b["batch"], b["prompt"], b["tool_call_count"]) for b in detail["batches"]] == [(1, text, 1)]
+
+
+def _subagent_run(tmp_path: Path) -> tuple[str, str, Path, Path, list[dict[str, Any]]]:
+    """One ``claude -p --output-format stream-json --verbose`` run (CC 2.1.x) whose Agent
+    call runs a subagent, BUILT BY HAND in the documented shapes (FORMATS.md A3, A4; no
+    licensed 2.x stream capture with a subagent exists): the stream, with the
+    ``system``/``task_started`` record naming the run (``task_id``: the agent id the
+    transcript's ``subagents/agent-<id>.jsonl`` and the hooks' ``agent_id`` give;
+    ``tool_use_id``: the Agent call), the transcript the same run wrote, and the
+    subagent's 2026 tool hooks. Returns the session id, the agent id, the stream file,
+    the transcript folder and the hooks."""
+    sid, agent, task, read = "57575757-0000-4000-8000-000000000001", "ad45b564dde8739b1", "toolu_01Agent", "toolu_01Read"
+    prompt = "Use the Read tool to read notes.txt and summarise it"
+
+    def usage(i: int, o: int) -> dict[str, int]:
+        return {"input_tokens": i, "output_tokens": o, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+    def msg(mid: str, model: str, content: list[dict[str, Any]], u: dict[str, int]) -> dict[str, Any]:
+        return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content, "usage": u}
+
+    agent_call = {"type": "tool_use", "id": task, "name": "Agent",
+                  "input": {"description": "read notes", "subagent_type": "general-purpose", "prompt": prompt}}
+    read_call = {"type": "tool_use", "id": read, "name": "Read", "input": {"file_path": "/w/notes.txt"}}
+    main = [
+        ("user", {"role": "user", "content": "read my notes with a subagent"}, {}),
+        ("assistant", msg("msg_p1", "claude-opus-4-6", [agent_call], usage(10, 5)), {}),
+        ("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": task, "content": "notes"}]},
+         {"toolUseResult": {"status": "completed", "agentId": agent}}),
+        ("assistant", msg("msg_p2", "claude-opus-4-6", [{"type": "text", "text": "Done."}], usage(40, 8)), {}),
+    ]
+    side = [
+        ("user", {"role": "user", "content": prompt}, {}),
+        ("assistant", msg("msg_s1", "claude-haiku-4-5", [read_call], usage(20, 6)), {}),
+        ("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": read, "content": "notes"}]}, {}),
+        ("assistant", msg("msg_s2", "claude-haiku-4-5", [{"type": "text", "text": "notes"}], usage(30, 7)), {}),
+    ]
+    folder = tmp_path / "projects" / "-w"
+    (folder / sid / "subagents").mkdir(parents=True)
+    for path, records, extra in ((folder / f"{sid}.jsonl", main, {}),
+                                 (folder / sid / "subagents" / f"agent-{agent}.jsonl", side, {"isSidechain": True, "agentId": agent})):
+        lines, parent = [], None
+        for n, (rtype, message, more) in enumerate(records):
+            uuid = f"{path.stem[-6:]}-0000-4000-8000-{n:012d}"
+            lines.append(json.dumps({"parentUuid": parent, "isSidechain": False, "cwd": "/w", "sessionId": sid,
+                                     "version": "2.1.170", "type": rtype, "message": message, "uuid": uuid,
+                                     "timestamp": f"2026-06-01T10:00:0{n}.000Z", **extra, **more}))
+            parent = uuid
+        path.write_text("\n".join(lines) + "\n")
+    started = {"type": "system", "subtype": "task_started", "task_id": agent, "tool_use_id": task,
+               "subagent_type": "general-purpose", "task_type": "local_agent", "prompt": prompt, "session_id": sid}
+    stream = [{"type": "system", "subtype": "init", "session_id": sid, "cwd": "/w", "model": "claude-opus-4-6"},
+              {"type": "assistant", "message": main[1][1], "parent_tool_use_id": None, "session_id": sid},
+              started]
+    stream += [{"type": rtype, "message": message, "parent_tool_use_id": task, "session_id": sid}
+               for rtype, message, _ in side]
+    stream += [{"type": "user", "message": main[2][1], "parent_tool_use_id": None, "session_id": sid,
+                "tool_use_result": main[2][2]["toolUseResult"]},
+               {"type": "assistant", "message": main[3][1], "parent_tool_use_id": None, "session_id": sid},
+               {"type": "result", "subtype": "success", "is_error": False, "session_id": sid, "num_turns": 2}]
+    stream_path = tmp_path / "run.jsonl"
+    stream_path.write_text("".join(json.dumps(r) + "\n" for r in stream))
+    base = {"session_id": sid, "transcript_path": str(folder / f"{sid}.jsonl"), "cwd": "/w",
+            "agent_id": agent, "agent_type": "general-purpose", "tool_name": "Read",
+            "tool_input": read_call["input"], "tool_use_id": read}
+    hooks = [{**base, "hook_event_name": "PreToolUse"},
+             {**base, "hook_event_name": "PostToolUse", "tool_response": {"type": "text"}}]
+    return sid, agent, stream_path, folder, hooks
+
+
+def test_a_subagent_run_seen_by_stream_json_transcript_and_hooks_is_one_child_session(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """`hookledger run` of a `claude -p` stream with hooks installed records a subagent
+    run three ways. Before, the stream named its child ``…/task-<Agent call id>`` and
+    the transcript and hooks ``…/agent-<agent id>``: two children, the subagent's tool
+    call and tokens counted twice, and the stream's child took its task prompt for a
+    human one."""
+    sid, agent, stream, folder, hooks = _subagent_run(tmp_path)
+    _run(settings, [_import_step([stream]), _import_step([folder]), _hook_step("claude-code", hooks, "h", [])])
+    # expected, from the subagent's own file: one run, its calls and its usage
+    side = [json.loads(line) for line in (folder / sid / "subagents" / f"agent-{agent}.jsonl").read_text().splitlines()]
+    usage = {r["message"]["id"]: r["message"]["usage"] for r in side if r["type"] == "assistant"}
+    calls = {b["id"] for r in side if r["type"] == "assistant" for b in r["message"]["content"] if b["type"] == "tool_use"}
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        children = [r for r in queries.list_sessions(services.models) if r["parent_id"]]
+        assert [r["external_id"] for r in children] == [f"{sid}/agent-{agent}"]
+        (row,) = children
+        detail = queries.get_session(services.models, row["id"])
+    finally:
+        services.close()
+    assert detail is not None and row["parent_tool_use_id"] == "toolu_01Agent"
+    assert {c["tool_use_id"] for c in detail["tool_calls"]} == calls and row["tool_call_count"] == len(calls)
+    for t in ("input_tokens", "output_tokens"):
+        assert row[t] == sum(u[t] for u in usage.values())
+    assert [(b["prompt_kind"], b["prompt"]) for b in detail["batches"]] == [("task", side[0]["message"]["content"])]
+
+
+def test_a_subagent_run_named_only_after_its_first_records_stays_one_child(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # the same stream with its task_started record after the subagent's first records:
+    # those already made the child …/task-<call>; the rest of the run stays in it
+    sid, _agent, stream, _folder, _hooks = _subagent_run(tmp_path)
+    records = [json.loads(line) for line in stream.read_text().splitlines()]
+    started = next(r for r in records if r.get("subtype") == "task_started")
+    records.remove(started)
+    first_sub = next(i for i, r in enumerate(records) if r.get("parent_tool_use_id"))
+    records.insert(first_sub + 1, started)
+    stream.write_text("".join(json.dumps(r) + "\n" for r in records))
+    calls = {b["id"] for r in records if r["type"] == "assistant" and r.get("parent_tool_use_id")
+             for b in r["message"]["content"] if b["type"] == "tool_use"}
+    _run(settings, [_import_step([stream])])
+    services = build(settings)
+    try:
+        services.runner.catch_up()
+        children = [r for r in queries.list_sessions(services.models) if r["parent_id"]]
+        assert [r["external_id"] for r in children] == [f"{sid}/task-{started['tool_use_id']}"]
+        assert children[0]["tool_call_count"] == len(calls) and children[0]["prompt_count"] == 1
+    finally:
+        services.close()

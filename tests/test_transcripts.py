@@ -364,3 +364,68 @@ def test_a_session_whose_first_records_name_no_cwd_takes_its_first_named_one(
     services.runner.catch_up()
     [session] = [s for s in queries.list_sessions(services.models) if s["external_id"] == external_id]
     assert session["cwd"] == expected
+
+
+def _record(sid: str, n: int, parent: str | None, rtype: str, message: dict, sidechain: bool = False) -> dict:
+    return {
+        "parentUuid": parent, "isSidechain": sidechain, "userType": "external", "cwd": "/p",
+        "sessionId": sid, "version": "1.0.98", "type": rtype, "message": message,
+        "uuid": f"00000000-0000-4000-8000-{n:012d}", "timestamp": f"2025-08-01T10:00:{n:02d}.000Z",
+    }
+
+
+def test_inline_sidechains_with_the_same_task_prompt_link_to_their_own_task_calls(
+    services: Services, tmp_path: Path
+) -> None:
+    # CC 1.0.x writes a Task's subagent inline (isSidechain, its root's parentUuid
+    # null, its first prompt the Task's prompt). The same prompt given to two Task calls
+    # (a retry) made both sidechains children of the first call.
+    sid = "11111111-0000-4000-8000-000000000001"
+    prompt = "Review the files in src/ and report"
+    records: list[dict] = []
+
+    def add(rtype: str, message: dict, sidechain: bool = False, root: bool = False) -> None:
+        parent = None if root else next((r["uuid"] for r in reversed(records) if r["isSidechain"] == sidechain), None)
+        records.append(_record(sid, len(records) + 1, parent, rtype, message, sidechain))
+
+    for n, task_id in enumerate(("toolu_task_a", "toolu_task_b")):
+        add("user", {"role": "user", "content": f"review the code, take {n}"})
+        task = {"type": "tool_use", "id": task_id, "name": "Task", "input": {"description": "review", "prompt": prompt}}
+        add("assistant", {"id": f"msg_task_{n}", "role": "assistant", "content": [task]})
+        add("user", {"role": "user", "content": prompt}, sidechain=True, root=True)
+        add("assistant", {"id": f"msg_side_{n}", "role": "assistant", "content": [{"type": "text", "text": "ok"}]}, sidechain=True)
+        result = {"type": "tool_result", "tool_use_id": task_id, "content": "ok"}
+        add("user", {"role": "user", "content": [result]})
+    path = tmp_path / f"{sid}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    # expected from the file: each sidechain root follows the Task call it runs
+    expected, last_task = {}, None
+    for r in records:
+        for b in r["message"]["content"] if isinstance(r["message"]["content"], list) else []:
+            if b.get("type") == "tool_use" and b["name"] == "Task":
+                last_task = b["id"]
+        if r["isSidechain"] and r["parentUuid"] is None:
+            expected[f"{sid}/sidechain-{r['uuid']}"] = last_task
+    assert sorted(expected.values()) == ["toolu_task_a", "toolu_task_b"]
+
+    sessions = _import(services, path)
+    assert {k: s["parent_tool_use_id"] for k, s in sessions.items() if s["parent_id"]} == expected
+
+
+def test_stats_json_names_each_rejected_line_with_its_reason(settings: Settings, tmp_path: Path) -> None:
+    # `stats --json` gave only how many lines were rejected ("rejected": 3), not which
+    # nor why: a real transcript with three bad lines put in
+    lines = (FIXTURES / "spotter-claude-transcripts" / "short.jsonl").read_bytes().splitlines()
+    bad = {2: b"\xff\xfe{not utf-8}", 5: b"[1, 2]", len(lines) + 3: b'"a string"'}
+    for n in sorted(bad):
+        lines.insert(n - 1, bad[n])
+    path = tmp_path / "short.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert [i + 1 for i, line in enumerate(lines) if line in bad.values()] == sorted(bad)
+    cli(settings, "import", str(path))
+    stats = json.loads(cli(settings, "stats", "--json").stdout)
+    assert stats["rejected"] == len(bad)
+    rejected = stats["rejected_inputs"]
+    assert [(r["source"], r["location"]) for r in rejected] == [(str(path), f"line {n}") for n in sorted(bad)]
+    reasons = [r["reason"] for r in rejected]
+    assert all(reasons) and len(set(reasons)) == len(bad)  # three different causes

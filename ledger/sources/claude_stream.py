@@ -28,8 +28,13 @@ Format source: ``shared/research/FORMATS.md`` A4 (``claude-agent-sdk-python``
 * anything else (``rate_limit_event``, ``stream_event``, ``conversation_reset``, …) is kept
   as ``RecordObserved``; a line that is not a JSON object is a :class:`Rejected`.
 
-Records of a subagent (``parent_tool_use_id`` set) belong to the child session
-``"{session_id}/task-{parent_tool_use_id}"``, linked to the parent tool call.
+Records of a subagent (``parent_tool_use_id`` set) belong to a child session linked to
+the parent tool call: ``"{session_id}/agent-{task_id}"`` when a ``system``/``task_started``
+record named the run (``task_id`` is the agent id the transcript's ``subagents/agent-<id>
+.jsonl`` and the hooks' ``agent_id`` give, ``tool_use_id`` the parent's Task/Agent call),
+so the run's transcript and hooks land in the same child; else
+``"{session_id}/task-{parent_tool_use_id}"``. The child's first prompt is its task
+prompt (``prompt_kind`` ``task``, as in transcripts), not a human one.
 
 Keys: ``uuid:{uuid}`` when the record has one, else ``line:{sha256}:{n}`` (n-th identical
 line of the stream), so importing the bytes a runner recorded appends nothing.
@@ -52,7 +57,9 @@ from ledger.observation import (
 from ledger.sources.adapter_kit import CallCounter, PromptCounter, text_parts
 from ledger.sources.claude_common import (
     AGENT,
+    child_ref,
     classify_prompt,
+    subagent_link,
     tool_error_text,
     usage_key,
     usage_tokens,
@@ -135,6 +142,10 @@ class StreamParser:
         self.streamed: dict[str, dict[str, int]] = {}  # message id -> last usage since result
         self.models: set[str] = set()
         self.children: set[str] = set()
+        self.agents: dict[str, tuple[str, str | None]] = {}
+        """Parent tool call id -> ``(task_id, subagent_type)`` of the subagent run a
+        ``task_started`` record named."""
+        self.child_prompted: set[str] = set()
         self.end_key: str | None = None
         self.end_error: str | None = None
         self.prompts = PromptCounter()
@@ -206,6 +217,9 @@ class StreamParser:
         parent_call = str_or_none(rec.get("parent_tool_use_id"))
         if parent_call is None:
             return ref
+        if parent_call in self.agents:
+            agent_id, agent_type = self.agents[parent_call]
+            return child_ref(ref.external_id, agent_id, agent_type, ref.cwd)
         return SessionRef(
             AGENT, f"{ref.external_id}/task-{parent_call}", ref.external_id, "task", ref.cwd
         )
@@ -255,6 +269,11 @@ class StreamParser:
         parent = SessionRef(AGENT, child.parent_external_id or "", None, None, child.cwd)
         call = str(rec.get("parent_tool_use_id"))
         in_parent = {**common, "after_prompt": self.last_prompt.get(parent.external_id)}
+        if call in self.agents:  # the keys a transcript and the hooks give this run's link
+            agent_id, agent_type = self.agents[call]
+            links = subagent_link(parent, agent_id, agent_type, call, in_parent)
+            links[1].after_prompt = common.get("after_prompt")
+            return links
         return [
             Observation(
                 parent,
@@ -282,6 +301,11 @@ class StreamParser:
         self, rec: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
     ) -> list[Observation]:
         subtype = rec.get("subtype")
+        task_id, call = str_or_none(rec.get("task_id")), str_or_none(rec.get("tool_use_id"))
+        if subtype == "task_started" and task_id and call and call not in self.agents:
+            if f"{ref.external_id}/task-{call}" not in self.children:  # a run is one child
+                self.agents[call] = (task_id, str_or_none(rec.get("subagent_type")))
+            return []
         if subtype == "init":
             model = str_or_none(rec.get("model"))
             return [
@@ -410,6 +434,10 @@ class StreamParser:
         kind, text = classify_prompt(parts) if parts else ("other", "")
         if kind == "other":
             return []
+        if kind == "human" and ref.parent_external_id is not None:
+            if ref.external_id not in self.child_prompted:
+                kind = "task"  # a subagent's first prompt: the Task's, not a human's
+            self.child_prompted.add(ref.external_id)
         prompt = Observation(
             ref,
             "PromptSubmitted",

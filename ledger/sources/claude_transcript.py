@@ -108,7 +108,10 @@ class TranscriptParser:
         self.parent_session_id = parent_session_id
         self.parent_of: dict[str, str | None] = {}
         self.sidechain_root: dict[str, str] = {}
-        self.task_prompts: dict[str, str] = {}  # Task prompt text -> tool_use_id
+        self.task_prompts: dict[str, list[str]] = {}
+        """Task prompt text -> the ``tool_use_id`` of each Task call with it not yet linked
+        to an inline sidechain, oldest first (a prompt given twice starts two runs)."""
+        self.task_calls: set[str] = set()
         self.last_prompt_key: dict[str, str] = {}
         """Session external id -> the ``prompt:`` alias of its last batch-opening prompt
         (the facts after it name it, ``after_prompt``: the hooks' copy shares it)."""
@@ -334,8 +337,9 @@ class TranscriptParser:
             self.last_prompt_key[ref.external_id] = alias
             obs.after_prompt = None
         if kind == "task" and ref.external_id.split("/", 1)[-1].startswith("sidechain-"):
-            tool_use_id = self.task_prompts.get(text.strip())
-            if tool_use_id and ref.external_id not in self.linked_children:
+            waiting = self.task_prompts.get(text.strip())
+            if waiting and ref.external_id not in self.linked_children:
+                tool_use_id = waiting.pop(0)
                 self.linked_children.add(ref.external_id)
                 parent = SessionRef(AGENT, ref.parent_external_id or "", None, None, ref.cwd)
                 agent_id = ref.external_id.split("/", 1)[1]
@@ -420,8 +424,9 @@ class TranscriptParser:
             tool_input = b.get("input")
             if name in ("Task", "Agent") and isinstance(tool_input, dict):
                 prompt = tool_input.get("prompt")
-                if isinstance(prompt, str):
-                    self.task_prompts.setdefault(prompt.strip(), b["id"])
+                if isinstance(prompt, str) and b["id"] not in self.task_calls:
+                    self.task_calls.add(b["id"])
+                    self.task_prompts.setdefault(prompt.strip(), []).append(b["id"])
             start = Observation(
                 ref,
                 "ToolCallStarted",
