@@ -837,17 +837,19 @@ class Session(BaseAggregate[UUID]):
             return True
         if obs.after_prompt == BEFORE_FIRST_PROMPT:
             return self.batch > 0
+        ended = self.status in ENDED_STATES and self.ended_at is not None
+        if ended and obs.occurred_at is not None and obs.occurred_at > self.ended_at:  # type: ignore[operator]
+            return False  # after the end (e.g. a turn's rest after an idle timeout): reopens
         if obs.after_prompt is not None and (
             batch < self.batch
             or (not self.batch_open and obs.after_prompt in self.batch_of_key)
         ):
             return True
         return (
-            self.status in ENDED_STATES
-            and self.ended_at is not None
+            ended
             and obs.occurred_at is not None
             and (
-                obs.occurred_at < self.ended_at
+                obs.occurred_at < self.ended_at  # type: ignore[operator]
                 or (obs.occurred_at == self.ended_at and not _live_capture(obs.source_format))
             )
         )

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from api.bootstrap import Services
+from api.bootstrap import Services, build
 from api.jobs import run_jobs
 from ledger.config import Settings
 from ledger.importer import import_paths
@@ -492,6 +492,43 @@ def test_cli_import_settles_idle_history_unless_told_not_to(
     assert kept["jobs"] is None
     (row,) = json.loads(cli(other_settings, "sessions", "--json").stdout)
     assert row["status"] not in ("COMPLETED", "ARCHIVED") and row["ended_at"] is None
+
+
+def test_a_turns_rest_read_after_an_idle_timeout_reopens_the_session_and_moves_its_end(
+    settings: Settings, other_settings: Settings, tmp_path: Path
+) -> None:
+    # The first half of a transcript is imported (its jobs time it out: idle for months);
+    # the agent then wrote the rest of that turn (as after a long tool call or a pending
+    # permission prompt). The rest happened after the timeout's end: it reopens the
+    # session, and the next jobs end it at its real last activity, as a whole import does.
+    # Before, the rest was filed as history of the closed turn: the session kept the
+    # first half's end.
+    short = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    lines = short.read_bytes().rstrip(b"\n").split(b"\n")
+    half = lines[: len(lines) // 2]
+    stamps = lambda rows: [_time(json.loads(x)["timestamp"]) for x in rows if json.loads(x).get("timestamp")]  # noqa: E731
+    assert max(stamps(lines)) > max(stamps(half))
+    path = tmp_path / "projects" / "p" / short.name
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\n".join(half) + b"\n")
+    cli(settings, "import", str(path))
+    (row,) = json.loads(cli(settings, "sessions", "--json").stdout)
+    z = lambda t: t.isoformat(timespec="milliseconds").replace("+00:00", "Z")  # noqa: E731
+    assert row["ended_at"] == z(max(stamps(half)))
+    path.write_bytes(short.read_bytes())
+    cli(settings, "import", str(path))
+    (grown,) = json.loads(cli(settings, "sessions", "--json").stdout)
+    assert grown["ended_at"] == z(max(stamps(lines)))
+    cli(other_settings, "import", str(short))
+    (whole,) = json.loads(cli(other_settings, "sessions", "--json").stdout)
+    differ = {k for k in whole if whole[k] != grown[k]}
+    assert differ <= {"event_count"}, {k: (grown[k], whole[k]) for k in differ}
+    services = build(settings)
+    try:
+        kinds = [e.kind for e in _events(services, str(grown["id"]))]
+    finally:
+        services.close()
+    assert kinds.count("Reopened") == 1 and kinds.count("TimedOut") == 2, kinds
 
 
 def test_cli_jobs_run_once_with_a_given_clock(settings: Settings) -> None:
