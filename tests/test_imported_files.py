@@ -78,8 +78,8 @@ def test_a_grown_file_is_read_again(settings: Settings, other_settings: Settings
     path = tmp_path / "projects" / "p" / source.name
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\n".join(lines[: len(lines) // 2]) + b"\n")
-    # --no-jobs: the half recorded months ago would be timed out in between (its turn
-    # closed, so the rest is filed as its history and ended_at stays at the half's end)
+    # --no-jobs: the half recorded months ago would be timed out in between, which adds
+    # the jobs' and the reopening's events (test_jobs.py covers that path)
     first = _import(settings, path.parent, "--no-jobs")
 
     path.write_bytes(source.read_bytes())  # the agent wrote the rest
