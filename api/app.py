@@ -121,7 +121,7 @@ class Background:
                     self.projection_process.ensure_running()
                 if interval > 0 and time.monotonic() >= next_jobs:
                     next_jobs = time.monotonic() + interval
-                    run_jobs(self.services)
+                    run_jobs(self.services, stop=self.stop)  # shutdown ends a run
                 self.error = None
             except Exception as e:  # keep serving; /healthz reports it
                 self.error = e
