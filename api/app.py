@@ -331,7 +331,8 @@ def _events(
     """The events of stream ``sid`` with stream version > ``after``, at most ``limit``
     (None: all), in version order, each with its log position (None while the
     ``event_index`` projection has not reached it)."""
-    positions = queries.session_event_positions(services.models, sid)
+    upto = None if limit is None else after + limit  # a stream's versions are 1, 2, 3, …
+    positions = queries.session_event_positions(services.models, sid, after, upto)
     out = []
     for event in services.ledger.events.get(UUID(sid), gt=after or None, limit=limit):
         data = event.model_dump(mode="json")
