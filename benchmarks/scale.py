@@ -4,7 +4,7 @@ Writes, under ``DEST``:
 
 - ``full/``: ``--copies`` copies of the fixtures :mod:`benchmarks.run` imports
   (:func:`run.write_copy`, every id suffixed per copy): 17 sessions, ~4,200 events each;
-- ``small/``: ``--small-copies`` copies of four short real transcripts (4 sessions each),
+- ``small/``: ``--small-copies`` copies of four short real transcripts (3 sessions each),
   so the store holds tens of thousands of sessions;
 - ``big/<session>.jsonl``: one session of about ``--big-mb`` MB: the 1,863-line spotter
   transcript written again and again, as repeated auto-compaction re-writes a long
