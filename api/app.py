@@ -51,9 +51,10 @@ have applied everything already in the log.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -63,7 +64,7 @@ import sqlalchemy.exc
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from api import context as context_api
@@ -90,6 +91,10 @@ MAX_OFFSET = 2**63 - 1
 """Largest ``offset`` of ``GET /v1/sessions`` (SQL's BIGINT); a larger one is a 400."""
 MAX_EVENTS_PAGE = 10_000
 """Most events per page of ``GET /v1/sessions/{id}/events?limit=``."""
+EVENTS_CHUNK = 500
+"""Events read, encoded and sent at a time by ``GET /v1/sessions/{id}/events`` without
+``limit``: the server holds a chunk, not the session (a 31k-event session's 50 MB
+answer built whole peaked at 618 MB)."""
 
 
 class Background:
@@ -121,7 +126,7 @@ class Background:
                     self.projection_process.ensure_running()
                 if interval > 0 and time.monotonic() >= next_jobs:
                     next_jobs = time.monotonic() + interval
-                    run_jobs(self.services)
+                    run_jobs(self.services, stop=self.stop)  # shutdown ends a run
                 self.error = None
             except Exception as e:  # keep serving; /healthz reports it
                 self.error = e
@@ -235,12 +240,13 @@ def create_app(
             return JSONResponse(
                 {"error": f"after_version must be 0..{MAX_OFFSET}, limit 1..{MAX_EVENTS_PAGE}"}, 400
             )
+        if limit is None:  # all of them, read and sent a chunk at a time
+            first = await anyio.to_thread.run_sync(lambda: _events(services, sid, after, EVENTS_CHUNK))
+            return StreamingResponse(_all_events(services, sid, first), media_type="application/json")
         events = await anyio.to_thread.run_sync(lambda: _events(services, sid, after, limit))
-        body: dict[str, Any] = {"session_id": sid, "events": events}
-        if limit is not None:  # the cursor of the next page (None: this was the last)
-            more = len(events) == limit
-            body["next_after_version"] = events[-1]["originator_version"] if more else None
-        return JSONResponse(body)
+        more = len(events) == limit  # the cursor of the next page (None: this was the last)
+        return JSONResponse({"session_id": sid, "events": events,
+                             "next_after_version": events[-1]["originator_version"] if more else None})
 
     async def session_summaries(request: Request) -> Response:
         sid = await session_of(request)
@@ -325,13 +331,33 @@ async def _database_error(_request: Request, e: Exception) -> Response:
     return JSONResponse({"error": database_unavailable(e)}, 503)
 
 
+def _all_events(services: Services, sid: str, first: list[dict[str, Any]]) -> Iterator[bytes]:
+    """The JSON body ``{"session_id", "events"}`` of all of session ``sid``'s events:
+    ``first``, the first :data:`EVENTS_CHUNK` of them, then the rest a chunk at a time
+    (encoded as :class:`JSONResponse` encodes). A stream's versions are 1, 2, 3, …, so a
+    chunk shorter than :data:`EVENTS_CHUNK` is the last."""
+    yield b'{"session_id":' + _json(sid) + b',"events":['
+    chunk, sep = first, b""
+    while chunk:
+        yield sep + b",".join(map(_json, chunk))
+        if len(chunk) < EVENTS_CHUNK:
+            break
+        chunk, sep = _events(services, sid, chunk[-1]["originator_version"], EVENTS_CHUNK), b","
+    yield b"]}"
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
 def _events(
     services: Services, sid: str, after: int = 0, limit: int | None = None
 ) -> list[dict[str, Any]]:
     """The events of stream ``sid`` with stream version > ``after``, at most ``limit``
     (None: all), in version order, each with its log position (None while the
     ``event_index`` projection has not reached it)."""
-    positions = queries.session_event_positions(services.models, sid)
+    upto = None if limit is None else after + limit  # a stream's versions are 1, 2, 3, …
+    positions = queries.session_event_positions(services.models, sid, after, upto)
     out = []
     for event in services.ledger.events.get(UUID(sid), gt=after or None, limit=limit):
         data = event.model_dump(mode="json")

@@ -9,6 +9,7 @@ model can cause no wrong decision, only a later one.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -78,17 +79,26 @@ def candidates(services: Any, now: datetime, config: JobConfig) -> list[tuple[st
 
 
 def run_jobs(
-    services: Any, now: datetime | None = None, config: JobConfig | None = None
+    services: Any,
+    now: datetime | None = None,
+    config: JobConfig | None = None,
+    stop: threading.Event | None = None,
 ) -> JobReport:
     """Catch the read models up, then run the liveness rules on every candidate session.
 
     ``now`` (UTC; default: the wall clock) is the time the rules measure idle time to.
+    ``stop``: once set, no further session is examined (the server is shutting down; a
+    first run over a large imported store decides for every session, a minute and
+    more). Each decision is its own transaction and the sessions not examined are
+    nominated again by the next run, so stopping early loses nothing.
     """
     now = now or datetime.now(UTC)
     config = config or JobConfig(archive_after_days=services.settings.archive_after_days)
     services.runner.catch_up()
     report = JobReport(now=iso(now) or "")
     for sid, position in candidates(services, now, config):
+        if stop is not None and stop.is_set():
+            break
         report.examined += 1
         rules, positions = decide(
             services.ledger,

@@ -34,7 +34,7 @@ from api.bootstrap import Services
 from api.broadcaster import STOP, Broadcaster, Subscriber
 from api.sections import KINDS, SESSION_UPDATED, Message, Section, read_section
 from projections import queries
-from projections.snapshots import first_position
+from projections.snapshots import first_position, next_position
 
 PING_S = 15
 """Heartbeat comment interval (s)."""
@@ -94,6 +94,7 @@ async def messages(
     after: int,
     accept: Filter,
     shutdown: anyio.Event | None = None,
+    session: str | None = None,
 ) -> AsyncIterator[bytes]:
     """Encoded SSE frames for every accepted message after position ``after``, until
     ``shutdown`` is set (server shutdown: the response then ends cleanly).
@@ -101,6 +102,11 @@ async def messages(
     Reads the log up to the broadcaster's head, then takes live sections from its
     queue; after a queue overflow (``RESYNC``) reads the log again from the last
     position sent. Positions never repeat and never skip.
+
+    ``session``: the ledger id ``accept`` is filtered on: reading the log, a stretch
+    with none of its events (nor of its children, with ``accept.children``) is passed
+    over unread (:func:`projections.snapshots.next_position`), so the viewer's page of
+    an old session does not read every later event of the store.
     """
     sub = broadcaster.subscribe(accept.kinds)
     sent = derived = after  # last position sent: event.appended / derived messages
@@ -115,7 +121,14 @@ async def messages(
                 return  # the response ends cleanly; the client reconnects after ``sent``
             if not isinstance(item, Section):  # RESYNC: read the log, then rejoin live
                 target = broadcaster.rejoin(sub)
+                frames: list[bytes] = []
                 while sent < target:
+                    if session is not None and not frames:  # in a stretch of others' events
+                        sent = derived = await anyio.to_thread.run_sync(
+                            _skip, services, session, accept, sent, target
+                        )
+                        if sent >= target:
+                            break
                     pair = await anyio.to_thread.run_sync(
                         read_section, services, sent, target, limiter=broadcaster.log_reads
                     )
@@ -146,6 +159,14 @@ async def messages(
         if stopper is not None:
             stopper.cancel()
         broadcaster.unsubscribe(sub)
+
+
+def _skip(services: Services, session: str, accept: Filter, after: int, target: int) -> int:
+    """The position before the next event after ``after`` that a stream filtered on
+    ``session`` may send, as far as the read models know the log; at most ``target``."""
+    found, known = next_position(services.models, session, accept.session_ref, accept.children, after)
+    end = target if found is None else found - 1
+    return max(after, min(end, known, target))
 
 
 async def _stop_on(shutdown: anyio.Event, sub: Subscriber) -> None:
@@ -202,7 +223,7 @@ def routes(services: Services) -> list[Route]:
         accept = Filter(session or ref, ref, q.get("project") or None, kinds, children == "1")
         shutdown = anyio.Event()  # set by sse-starlette when the server shuts down
         return StreamResponse(
-            messages(services, broadcaster, start, accept, shutdown),
+            messages(services, broadcaster, start, accept, shutdown, session),
             ping=PING_S,
             headers={"Cache-Control": "no-store"},
             shutdown_event=shutdown,

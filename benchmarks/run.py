@@ -58,9 +58,11 @@ def rewrite(rec: object, tag: str) -> object:
     return rec
 
 
-def write_copy(dest: Path, k: int) -> None:
+def write_copy(dest: Path, k: int, sources: list[Path] = SOURCES) -> None:
+    """Copy ``k`` of ``sources`` (default: :data:`SOURCES`) under ``dest/c<k>``, every id
+    suffixed with ``-c<k>`` (:func:`rewrite`)."""
     tag = f"c{k:03d}"
-    for src in SOURCES:
+    for src in sources:
         out = dest / tag / src.relative_to(FIX)
         out.parent.mkdir(parents=True, exist_ok=True)
         if src.suffix == ".json":

@@ -336,10 +336,16 @@ def rejected_streams(models: ReadModels) -> list[str]:
     return [r[0] for r in rows]
 
 
-def session_event_positions(models: ReadModels, session_id: str) -> dict[int, int]:
-    """version -> log position for one stream."""
+def session_event_positions(
+    models: ReadModels, session_id: str, after: int = 0, upto: int | None = None
+) -> dict[int, int]:
+    """version -> log position for one stream: its versions after ``after`` and up to
+    ``upto`` (None: all), found through the ``event_index_stream`` index."""
     ei = models.table("event_index")
+    query = select(ei.c.version, ei.c.position).where(ei.c.stream_id == session_id)
+    if after:
+        query = query.where(ei.c.version > after)
+    if upto is not None:
+        query = query.where(ei.c.version <= upto)
     with models.engine.connect() as conn:
-        return dict(
-            conn.execute(select(ei.c.version, ei.c.position).where(ei.c.stream_id == session_id)).all()
-        )
+        return dict(conn.execute(query).all())

@@ -447,6 +447,10 @@ def _rename_companions(conn, name: str) -> None:  # type: ignore[no-untyped-def]
     for shadow, target in zip(_companions(conn, name, REBUILD_SUFFIX), live, strict=True):
         if shadow.kind == "column":
             continue  # renamed with its table
+        if shadow.kind == "index" and conn.dialect.name == "sqlite":  # no ALTER INDEX
+            conn.execute(text(shadow.drop_sql()))
+            conn.execute(text(target.create))  # on the swapped-in table, by its live name
+            continue
         conn.execute(text(f'ALTER {shadow.kind.upper()} "{shadow.name}" RENAME TO "{target.name}"'))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import func, or_, select, tuple_
 
 from projections.queries import _session_columns
 from projections.runner import ReadModels
@@ -53,3 +53,25 @@ def first_position(models: ReadModels, session_id: str) -> int | None:
             select(func.min(ei.c.position)).where(ei.c.stream_id == session_id)
         ).scalar_one_or_none()
     return int(found) if found is not None else None
+
+
+def next_position(
+    models: ReadModels, session_id: str, ref: str | None, children: bool, after: int
+) -> tuple[int | None, int]:
+    """Where a stream filtered on session ``session_id`` finds its next message after
+    log position ``after``: (the position of the first later event of that session, of
+    a session whose external id is ``ref`` or, with ``children``, of a session whose
+    parent it is; None when there is none), and the position up to which the read
+    models (``event_index``, ``sessions``) know the log, so the answer holds only up to it."""
+    ei, s, tracking = models.table("event_index"), models.table("sessions"), models.tracking
+    matches = [s.c.id == session_id, *([s.c.external_id == ref] if ref else []),
+               *([s.c.parent_id == session_id] if children else [])]
+    streams = select(s.c.id).where(or_(*matches))
+    with models.engine.connect() as conn:
+        known = dict(conn.execute(select(tracking.c.name, tracking.c.position).where(
+            tracking.c.name.in_(("event_index", "sessions")))).all())
+        found = conn.execute(select(func.min(ei.c.position)).where(
+            or_(ei.c.stream_id == session_id, ei.c.stream_id.in_(streams)), ei.c.position > after
+        )).scalar_one_or_none()
+    upto = min(known.get("event_index", 0), known.get("sessions", 0))
+    return (int(found) if found is not None else None), int(upto)

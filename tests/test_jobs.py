@@ -704,3 +704,40 @@ def test_a_reopened_sessions_reason_names_what_ended_and_what_archived_it(
     assert ingest_hook(services.ledger, "claude-code", json.dumps(body).encode(), "back", at).error is None
     (reopened,) = [e for e in _events(services, str(sid)) if e.kind == "Reopened"]
     assert reopened.reason == f"PromptSubmitted after the session {said}"
+
+
+def test_a_server_shutting_down_mid_run_stops_after_the_session_at_hand(settings: Settings) -> None:
+    """A first run over a large imported store decides for every session (15,222 sessions:
+    a minute and more); the server's shutdown waited for all of it. The background
+    thread's ``stop`` now ends the run after the session it is deciding."""
+    from api.app import Background
+    from api.bootstrap import build
+
+    files = sorted((FIXTURES / "agentcmd-claude-transcripts").glob("*.jsonl"))
+    external = {
+        json.loads(line)["sessionId"]
+        for f in files
+        for line in f.read_bytes().splitlines()
+        if line.strip() and "sessionId" in json.loads(line)
+    }
+    assert len(external) >= 5  # recorded months ago: every one is idle, or ended long ago
+    services = build(dataclasses.replace(settings, jobs_interval_s=0.01))
+    try:
+        import_paths(services.ledger, files)
+        background = Background(services)
+        background.services.ledger.add_listener(lambda _pos: background.stop.set())  # first save
+        background.thread.start()
+        background.thread.join(60)
+        assert not background.thread.is_alive()
+
+        def decided() -> int:
+            return sum(
+                any(type(e).__name__ in DECISION_KINDS for e in _events(services, str(sid)))
+                for sid in (session_id("claude-code", x) for x in external)
+            )
+
+        assert decided() == 1
+        run_jobs(services)  # the next run decides for the others
+        assert decided() == len(external)
+    finally:
+        services.close()

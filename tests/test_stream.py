@@ -11,6 +11,7 @@ notification log itself or from the POST answers, never from the stream code.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from datetime import UTC, datetime
@@ -710,3 +711,63 @@ def test_a_server_shutdown_ends_open_streams_cleanly(settings: Settings) -> None
     err = srv.proc.stderr.read().decode()
     assert "ERROR" not in err and "without completing response" not in err, err
     assert ended == [True, True]
+
+
+def test_a_session_stream_reads_past_other_sessions_events_without_reading_them(
+    settings: Settings, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The viewer's page of a session opens ``/v1/stream?session=ID&after=0``: the
+    stream read every later event of the store to find the session's own (on 580k
+    events, 34 s of server CPU for a session of 11 events). Stretches of the log with
+    none of its events are now passed over: here a session with events before and after
+    2,000 and more of another session's, its frames are exactly its own positions, and the
+    log reads return a few sections' worth, not the stretch between."""
+    from api.sections import SECTION_LIMIT
+    from ledger.importer import import_paths
+    from ledger.observation import session_id
+
+    short = FIXTURES / "spotter-claude-transcripts" / "short.jsonl"
+    lines = short.read_bytes().splitlines(keepends=True)
+    part = tmp_path / short.name
+    part.write_bytes(b"".join(lines[:8]))  # the session's first records, then the rest later
+    other = FIXTURES / "spotter-claude-transcripts" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    external = next(json.loads(x)["sessionId"] for x in lines if b'"sessionId"' in x)
+    sid = str(session_id("claude-code", external))
+    services = build(settings)
+    try:
+        for path in (part, other):
+            import_paths(services.ledger, [path])
+        part.write_bytes(b"".join(lines))
+        import_paths(services.ledger, [part])
+        services.runner.catch_up()
+        log = services.ledger.recorder.select_notifications(start=0, limit=10**7)
+        own = [n.id for n in log if str(n.originator_id) == sid]
+        gap = max(b - a for a, b in itertools.pairwise(own))
+        assert len(own) < SECTION_LIMIT < 4 * SECTION_LIMIT < gap  # the stretch between
+        read: list[int] = []
+        select = services.ledger.recorder.select_notifications
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            found = select(*args, **kwargs)
+            read.append(len(found))
+            return found
+
+        monkeypatch.setattr(services.ledger.recorder, "select_notifications", counted)
+
+        async def main() -> list[int]:
+            broadcaster = Broadcaster(services)
+            await broadcaster.start()
+            accept = Filter(sid, sid, kinds=frozenset({"event.appended"}))
+            stream = messages(services, broadcaster, 0, accept, session=sid)
+            await stream.__anext__()  # the retry hint
+            got: list[int] = []
+            while not got or got[-1] < own[-1]:
+                got.extend(frame_ids(await asyncio.wait_for(stream.__anext__(), 30)))
+            await stream.aclose()
+            await broadcaster.stop()
+            return got
+
+        assert asyncio.run(main()) == own
+        assert sum(read) <= 3 * SECTION_LIMIT, read
+    finally:
+        services.close()
