@@ -8,7 +8,9 @@ Format source: ``shared/research/FORMATS.md`` A6 (``RolloutItem`` in ``openai/co
 
 * ``session_meta`` (first line; ``id``, later ``session_id``) names the session and gives
   ``Started``; a later ``session_meta`` (forks replay their parents') is kept as a record.
-  ``forked_from_id`` / ``parent_thread_id`` name the parent session (``Opened.parent_id``).
+  ``forked_from_id`` / ``parent_thread_id`` (or, in a subagent's rollout,
+  ``source.subagent.thread_spawn.parent_thread_id``) name the parent session
+  (``Opened.parent_id``).
 * A fork's file starts with a copy of its parent's history (``InitialHistory::Forked``:
   the parent's rollout items, its ``session_meta`` first, written as they were; see
   :meth:`RolloutParser._copied`). Those lines are kept as ``RecordObserved``
@@ -150,8 +152,10 @@ class RolloutParser:
         if self.session is None and rec.get("type") == "session_meta":
             sid = str_or_none(payload.get("id")) or str_or_none(payload.get("session_id"))
             if sid is not None:
-                parent = str_or_none(payload.get("parent_thread_id")) or str_or_none(
-                    payload.get("forked_from_id")
+                parent = (
+                    str_or_none(payload.get("parent_thread_id"))
+                    or str_or_none(payload.get("forked_from_id"))
+                    or _spawned_by(payload.get("source"))
                 )
                 self.session = SessionRef(AGENT, sid, parent, None, str_or_none(payload.get("cwd")))
                 self.version = str_or_none(payload.get("cli_version"))
@@ -476,6 +480,16 @@ class RolloutParser:
             {"message_id": f"{ref.external_id}:{key}", "model": self.model, **tokens},
             **common,
         )
+
+
+def _spawned_by(source: Any) -> str | None:
+    """The parent thread of a subagent's ``session_meta.source``
+    (``{"subagent": {"thread_spawn": {"parent_thread_id": …, "depth": …}}}``, Codex's
+    ``SessionSource::SubAgent(ThreadSpawn)``): the only place a subagent's parent is
+    named before ``parent_thread_id`` was added beside it; None for any other source."""
+    sub = source.get("subagent") if isinstance(source, dict) else None
+    spawn = sub.get("thread_spawn") if isinstance(sub, dict) else None
+    return str_or_none(spawn.get("parent_thread_id")) if isinstance(spawn, dict) else None
 
 
 def _uuid7_time(value: Any) -> datetime | None:
