@@ -308,3 +308,85 @@ def test_a_failed_call_counts_as_failed_whichever_source_comes_first(
     assert s["tool_call_count"] == 123 and s["tool_error_count"] == 12
     failed = [c for c in queries.get_session(services.models, s["id"])["tool_calls"] if c["is_error"]]
     assert {c["error"].split(" ")[0] for c in failed} <= {"exit", "failed", "patch"}
+
+
+def _subagent_session(parent: dict) -> tuple[list[dict], list[dict]]:
+    """A subagent the thread of ``parent`` (its ``session_meta`` payload) spawned: the
+    child's rollout records (``session_meta.id`` = the child thread,
+    ``source.subagent.thread_spawn`` naming the parent) and the hooks Codex fires for it,
+    BUILT BY HAND from ``subagent-start`` / ``subagent-stop`` / ``pre-tool-use`` /
+    ``post-tool-use.command.input.schema.json``: SubagentStart and SubagentStop on the
+    parent's ``session_id`` with the child's ``agent_id``, and the child's tool hooks
+    carrying that ``agent_id`` (optional in the tool schemas)."""
+    child = "019b0000-0000-7000-8000-00000000c0de"
+    at = "2026-03-01T10:00:{:02d}.000Z"
+    calls = [("call_a", "ls", 0), ("call_b", "false", 1)]
+    spawn = {"thread_spawn": {"parent_thread_id": parent["id"], "depth": 1}}
+    rollout: list[dict] = [
+        {"type": "session_meta", "payload": {"id": child, "session_id": parent["id"],
+                                             "cwd": parent["cwd"], "source": {"subagent": spawn}}},
+        {"type": "turn_context", "payload": {"cwd": parent["cwd"], "model": "gpt-5-codex"}},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "look at the tests"}},
+    ]
+    for call_id, cmd, code in calls:
+        output = {"output": "", "metadata": {"exit_code": code}}
+        rollout += [
+            {"type": "response_item", "payload": {"type": "function_call", "name": "shell",
+                                                  "call_id": call_id,
+                                                  "arguments": json.dumps({"command": cmd})}},
+            {"type": "response_item", "payload": {"type": "function_call_output",
+                                                  "call_id": call_id, "output": json.dumps(output)}},
+        ]
+    rollout.append({"type": "event_msg", "payload": {"type": "task_complete"}})
+    for i, r in enumerate(rollout):
+        r["timestamp"] = at.format(i)
+    common = _common(parent, "turn-9")
+    sub = {**common, "agent_id": child, "agent_type": "explorer"}
+    hooks: list[dict] = [{**sub, "hook_event_name": "SubagentStart"}]
+    for call_id, cmd, code in calls:
+        tool = {**sub, "tool_name": "Bash", "tool_input": {"command": cmd}, "tool_use_id": call_id}
+        hooks += [
+            {**tool, "hook_event_name": "PreToolUse"},
+            {**tool, "hook_event_name": "PostToolUse", "tool_response": {"exit_code": code}},
+        ]
+    hooks.append({**sub, "hook_event_name": "SubagentStop", "stop_hook_active": False,
+                  "agent_transcript_path": None, "last_assistant_message": "done"})
+    return rollout, hooks
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "rollout-first"])
+def test_a_subagent_seen_by_hooks_and_its_rollout_is_one_child_session(
+    services: Services, tmp_path, hooks_first: bool
+) -> None:
+    # Review finding: SubagentStart/SubagentStop were unknown hooks, and a subagent's tool
+    # hooks went to the thread that spawned it: with the hooks and the child's rollout,
+    # `sessions --json` showed the parent with the child's 2 tool calls and the child
+    # (no parent_id before the rollout fix) with the same 2 again: 4 calls for 2.
+    parent = _rollout()[0]["payload"]
+    rollout, hooks = _subagent_session(parent)
+    path = tmp_path / f"rollout-2026-03-01T10-00-00-{rollout[0]['payload']['id']}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rollout))
+
+    def send_hooks() -> None:
+        for n, h in enumerate(hooks):
+            body = json.dumps(h).encode()
+            assert ingest_hook(services.ledger, "codex", body, f"s-{n}").error is None
+
+    if hooks_first:
+        send_hooks()
+    import_paths(services.ledger, [ROLLOUT, path])
+    if not hooks_first:
+        send_hooks()
+    services.runner.catch_up()
+    sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
+    assert set(sessions) == {parent["id"], rollout[0]["payload"]["id"]}
+    child, top = sessions[rollout[0]["payload"]["id"]], sessions[parent["id"]]
+    assert child["parent_id"] == top["id"]
+    # independent count: the child's calls are its rollout's call_ids, one failed (exit 1)
+    calls = {r["payload"]["call_id"] for r in rollout if r["payload"].get("type") == "function_call"}
+    assert child["tool_call_count"] == len(calls) == 2 and child["tool_error_count"] == 1
+    assert child["prompt_count"] == 1
+    # the parent keeps only its own rollout's calls
+    own = {r["payload"]["call_id"] for r in _rollout() if r["payload"].get("type") == "function_call"}
+    assert top["tool_call_count"] == len(own)
+    assert child["status"] == "COMPLETED"

@@ -16,6 +16,14 @@ gives the model) (``tool:{id}:start|end``; Codex uses the model's ``call_id``, t
 rollout source uses); PermissionRequest -> ``PermissionRequested``; Stop -> ``TurnEnded``;
 StopFailure -> ``TurnEnded`` with the error; PreCompact -> ``Compacted``; any other name
 -> ``UnknownHookEvent`` with the raw payload. Other keys: ``hook:{capture_key}``.
+
+Subagents (``subagent-start`` / ``subagent-stop.command.input``): ``agent_id`` is the
+subagent's own thread id (its rollout's ``session_meta.id``), ``session_id`` the thread
+that spawned it. SubagentStart -> ``SubagentLinked`` on the parent and ``Started`` on the
+child session ``agent_id`` (its parent ``session_id``: the child its rollout names);
+SubagentStop -> ``SubagentStopped`` on the parent and ``Ended`` on the child. Any other
+hook that carries an ``agent_id`` fired inside that subagent and is recorded on the
+child, where its rollout's copy of the same prompt or call is.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ KNOWN_HOOKS = frozenset(
         "Stop",
         "StopFailure",
         "PreCompact",
+        "SubagentStart",
+        "SubagentStop",
     }
 )
 
@@ -52,8 +62,12 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
         {
             "Compacted",
             "PermissionRequested",
+            "Ended",
             "PromptSubmitted",
+            "RecordObserved",
             "Started",
+            "SubagentLinked",
+            "SubagentStopped",
             "ToolCallCompleted",
             "ToolCallStarted",
             "TurnEnded",
@@ -86,7 +100,16 @@ def parse_hook(
     if name is None:
         raise HookPayloadError("hook payload has no hook_event_name")
     payload, redactions = strip_private(payload, raw=raw)
-    ref = SessionRef(AGENT, sid, None, None, str_or_none(payload.get("cwd")))
+    cwd = str_or_none(payload.get("cwd"))
+    parent = SessionRef(AGENT, sid, None, None, cwd)
+    agent_id = str_or_none(payload.get("agent_id"))
+    if agent_id == sid or name in ("SubagentStart", "SubagentStop"):
+        agent_id = None
+    ref = (
+        SessionRef(AGENT, agent_id, sid, str_or_none(payload.get("agent_type")), cwd)
+        if agent_id
+        else parent
+    )
     key = f"hook:{capture_key}"
     common: dict[str, Any] = {
         "source_format": SOURCE_FORMAT,
@@ -102,8 +125,10 @@ def parse_hook(
 def _facts(
     name: str, p: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
 ) -> list[Observation]:
-    def obs(kind: str, data: dict[str, Any], k: str = key) -> Observation:
-        return Observation(ref, kind, k, data, **common)
+    def obs(
+        kind: str, data: dict[str, Any], k: str = key, session: SessionRef = ref
+    ) -> Observation:
+        return Observation(session, kind, k, data, **common)
 
     def s(field: str) -> str | None:
         return str_or_none(p.get(field))
@@ -174,4 +199,43 @@ def _facts(
         return [obs("TurnEnded", {"reason": reason})]
     if name == "PreCompact":
         return [obs("Compacted", {"trigger": s("trigger")})]
+    if name in ("SubagentStart", "SubagentStop"):
+        return _subagent(name, p, ref, obs)
     return [obs("UnknownHookEvent", {"hook_event_name": name})]
+
+
+def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> list[Observation]:
+    agent_id = str_or_none(p.get("agent_id"))
+    if not agent_id:
+        return [obs("RecordObserved", {"record_type": f"hook:{name}"})]
+    agent_type = str_or_none(p.get("agent_type"))
+    child = SessionRef(AGENT, agent_id, parent.external_id, agent_type, parent.cwd)
+    link = obs(
+        "SubagentLinked",
+        {
+            "child_id": child.id,
+            "child_external_id": child.external_id,
+            "agent_id": agent_id,
+            "agent_type": agent_type,
+        },
+        f"subagent:{agent_id}",
+    )
+    if name == "SubagentStart":
+        started = obs(
+            "Started",
+            {"source": "subagent", "model": str_or_none(p.get("model"))},
+            f"subagent:{agent_id}:start",
+            child,
+        )
+        return [link, started]
+    stopped = obs(
+        "SubagentStopped",
+        {
+            "child_id": child.id,
+            "agent_id": agent_id,
+            "agent_type": agent_type,
+            "last_assistant_message": str_or_none(p.get("last_assistant_message")),
+        },
+    )
+    ended = obs("Ended", {"reason": "subagent_stop"}, f"subagent:{agent_id}:end", child)
+    return [stopped, link, ended]
