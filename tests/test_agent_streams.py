@@ -513,6 +513,66 @@ def test_subagent_rollout_names_its_parent_and_counts_once(
     assert _tokens(sessions[parent_id]) == alone["tokens"]
 
 
+def test_newer_rollout_calls_fail_as_their_end_events_say(services: Services, tmp_path: Path) -> None:
+    # Review finding: Codex 0.146 gives the model a call's output as text / content
+    # items with no exit code (codex_rollout_small_0.146.jsonl); whether the call failed
+    # is in the event_msg that ends it: exec_command_end.exit_code,
+    # patch_apply_end.success, mcp_tool_call_end.result {Err} / {Ok: {isError}}. A
+    # rollout with a failed command, a failed patch and a failed MCP call showed
+    # tool_error_count 0 in `sessions --json`. Shapes from that fixture's records.
+    sid = "019fc8be-3658-7ca3-9e29-00000000e7d0"
+
+    def text(t: str) -> dict:
+        return {"type": "input_text", "text": t}
+
+    def call(cid: str, ptype: str, name: str, args: str, end: dict, output: object) -> list[dict]:
+        item = {"type": ptype, "call_id": cid, "name": name,
+                ("input" if ptype == "custom_tool_call" else "arguments"): args}
+        out = {"type": f"{ptype}_output", "call_id": cid, "output": output}
+        return [{"type": "response_item", "payload": item},
+                {"type": "event_msg", "payload": {"call_id": cid, **end}},
+                {"type": "response_item", "payload": out}]
+
+    records = [
+        {"type": "session_meta", "payload": {"id": sid, "cwd": "/tmp/repo", "cli_version": "0.146.0"}},
+        {"type": "turn_context", "payload": {"cwd": "/tmp/repo", "model": "gpt-5.6"}},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "fix it"}},
+        *call("call-1", "function_call", "exec_command", '{"cmd":"ls"}',
+              {"type": "exec_command_end", "exit_code": 0}, text("a.txt\n")),
+        *call("call-2", "function_call", "exec_command", '{"cmd":"pytest"}',
+              {"type": "exec_command_end", "exit_code": 1}, text("1 failed\n")),
+        *call("call-3", "custom_tool_call", "apply_patch", "*** Begin Patch",
+              {"type": "patch_apply_end", "success": False, "status": "failed"}, [text("no match")]),
+        *call("call-4", "function_call", "example__tool", "{}",
+              {"type": "mcp_tool_call_end", "result": {"Err": "tool call failed: timeout"}},
+              [text("tool call failed: timeout")]),
+        *call("call-5", "function_call", "example__tool", "{}",
+              {"type": "mcp_tool_call_end", "result": {"Ok": {"content": [], "isError": True}}}, []),
+        *call("call-6", "function_call", "example__tool", "{}",
+              {"type": "mcp_tool_call_end", "result": {"Ok": {"content": [], "isError": False}}}, []),
+        {"type": "event_msg", "payload": {"type": "task_complete"}},
+    ]
+    path = tmp_path / f"rollout-2026-08-03T10-48-56-{sid}.jsonl"
+    path.write_text("".join(
+        json.dumps({"timestamp": f"2026-08-03T10:48:{i:02d}.000Z", **r}) + "\n"
+        for i, r in enumerate(records)
+    ))
+    # independent count from the end events
+    ends = [r["payload"] for r in records if r["payload"].get("type", "").endswith("_end")]
+    failed = {
+        e["call_id"] for e in ends
+        if e.get("exit_code", 0) != 0 or e.get("success") is False
+        or "Err" in e.get("result", {}) or e.get("result", {}).get("Ok", {}).get("isError")
+    }
+    assert failed == {"call-2", "call-3", "call-4", "call-5"}
+    session = _import_one(services, path)
+    assert session["tool_call_count"] == len(ends) == 6
+    assert session["tool_error_count"] == len(failed)
+    calls = queries.get_session(services.models, session["id"])["tool_calls"]
+    assert {c["tool_use_id"] for c in calls if c["is_error"]} == failed
+    assert sum(1 for e in _events(services, session) if e.raw is not None) == len(records)
+
+
 def test_rollout_schema_drift_files_import(services: Services) -> None:
     folder = FIXTURES / "agent-sessions-schema-drift"
     paths = sorted(folder.glob("codex_*.jsonl"))
