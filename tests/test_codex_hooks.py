@@ -21,6 +21,7 @@ from api.jobs import run_jobs
 from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
+from ledger.observation import SessionRef
 from projections import queries
 
 from conftest import FIXTURES, Server
@@ -389,4 +390,29 @@ def test_a_subagent_seen_by_hooks_and_its_rollout_is_one_child_session(
     # the parent keeps only its own rollout's calls
     own = {r["payload"]["call_id"] for r in _rollout() if r["payload"].get("type") == "function_call"}
     assert top["tool_call_count"] == len(own)
-    assert child["status"] == "COMPLETED"
+    assert child["status"] == "WAITING"  # its turn ended; SubagentStop is no session end
+
+
+def test_each_turn_of_a_subagent_ends_with_its_own_subagent_stop(services: Services) -> None:
+    # SubagentStop fires at the end of each of a subagent's turns, in place of Stop
+    # (openai/codex#22873); send_input gives the child another turn. Keyed per child
+    # (subagent:{id}:end), the second SubagentStop was dropped as a duplicate of the
+    # first. Hooks BUILT BY HAND as in _subagent_session.
+    parent = _rollout()[0]["payload"]
+    _, hooks = _subagent_session(parent)
+    start, stop = hooks[0], hooks[-1]
+    child = start["agent_id"]
+    second = {**stop, "turn_id": "turn-10", "last_assistant_message": "done again"}
+
+    def status_after(n: int, hook: dict) -> str:
+        assert ingest_hook(services.ledger, "codex", json.dumps(hook).encode(), f"r-{n}").error is None
+        services.runner.catch_up()
+        sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
+        return sessions[child]["status"]
+
+    assert [status_after(n, h) for n, h in enumerate([start, stop, second])] == [
+        "ACTIVE", "WAITING", "WAITING"
+    ]
+    events = list(services.ledger.repository.event_store.get(SessionRef("codex", child).id))
+    ends = [e.last_assistant_message for e in events if type(e).__name__ == "TurnEnded"]
+    assert ends == ["done", "done again"]

@@ -17,13 +17,15 @@ rollout source uses); PermissionRequest -> ``PermissionRequested``; Stop -> ``Tu
 StopFailure -> ``TurnEnded`` with the error; PreCompact -> ``Compacted``; any other name
 -> ``UnknownHookEvent`` with the raw payload. Other keys: ``hook:{capture_key}``.
 
-Subagents (``subagent-start`` / ``subagent-stop.command.input``): ``agent_id`` is the
-subagent's own thread id (its rollout's ``session_meta.id``), ``session_id`` the thread
-that spawned it. SubagentStart -> ``SubagentLinked`` on the parent and ``Started`` on the
-child session ``agent_id`` (its parent ``session_id``: the child its rollout names);
-SubagentStop -> ``SubagentStopped`` on the parent and ``Ended`` on the child. Any other
-hook that carries an ``agent_id`` fired inside that subagent and is recorded on the
-child, where its rollout's copy of the same prompt or call is.
+Subagents (``subagent-start`` / ``subagent-stop.command.input``; openai/codex#22873,
+#22882): ``agent_id`` is the subagent's own thread id (its rollout's
+``session_meta.id``), ``session_id`` the thread that spawned it. SubagentStart (once, in
+place of SessionStart) -> ``SubagentLinked`` on the parent and ``Started`` on the child
+session ``agent_id`` (its parent ``session_id``: the child its rollout names);
+SubagentStop (at the end of each of the child's turns, in place of Stop) ->
+``SubagentStopped`` on the parent and ``TurnEnded`` on the child (``send_input`` can give
+it another turn). Any other hook that carries an ``agent_id`` fired inside that subagent
+and is recorded on the child, where its rollout's copy of the same prompt or call is.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
         {
             "Compacted",
             "PermissionRequested",
-            "Ended",
             "PromptSubmitted",
             "RecordObserved",
             "Started",
@@ -200,11 +201,16 @@ def _facts(
     if name == "PreCompact":
         return [obs("Compacted", {"trigger": s("trigger")})]
     if name in ("SubagentStart", "SubagentStop"):
-        return _subagent(name, p, ref, obs)
+        return _subagent(name, p, ref, key, obs)
     return [obs("UnknownHookEvent", {"hook_event_name": name})]
 
 
-def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> list[Observation]:
+def _subagent(
+    name: str, p: dict[str, Any], parent: SessionRef, key: str, obs: Any
+) -> list[Observation]:
+    """The lineage and the child's ``Started`` / ``TurnEnded`` of a Subagent hook. A child
+    has a SubagentStop per turn: each is its own fact (keyed by the hook), the link is
+    made once."""
     agent_id = str_or_none(p.get("agent_id"))
     if not agent_id:
         return [obs("RecordObserved", {"record_type": f"hook:{name}"})]
@@ -224,7 +230,7 @@ def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> lis
         started = obs(
             "Started",
             {"source": "subagent", "model": str_or_none(p.get("model"))},
-            f"subagent:{agent_id}:start",
+            f"{key}:child",
             child,
         )
         return [link, started]
@@ -237,5 +243,13 @@ def _subagent(name: str, p: dict[str, Any], parent: SessionRef, obs: Any) -> lis
             "last_assistant_message": str_or_none(p.get("last_assistant_message")),
         },
     )
-    ended = obs("Ended", {"reason": "subagent_stop"}, f"subagent:{agent_id}:end", child)
-    return [stopped, link, ended]
+    turn = obs(
+        "TurnEnded",
+        {
+            "reason": "subagent_stop",
+            "last_assistant_message": str_or_none(p.get("last_assistant_message")),
+        },
+        f"{key}:child",
+        child,
+    )
+    return [stopped, link, turn]
