@@ -416,3 +416,63 @@ def test_each_turn_of_a_subagent_ends_with_its_own_subagent_stop(services: Servi
     events = list(services.ledger.repository.event_store.get(SessionRef("codex", child).id))
     ends = [e.last_assistant_message for e in events if type(e).__name__ == "TurnEnded"]
     assert ends == ["done", "done again"]
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "rollout-first"])
+def test_a_command_whose_text_says_it_failed_counts_failed_whichever_source_comes_first(
+    services: Services, tmp_path, hooks_first: bool
+) -> None:
+    # Newer Codex gives the model (and a PostToolUse hook, as tool_response) a command's
+    # result as text whose header says `Process exited with code N` (openai/codex#45917;
+    # no structured exit code reaches the hook: #34289). Review finding: with the hooks
+    # first, `sessions --json` showed tool_error_count 0 for a session whose `false`
+    # exited 1 (the rollout's copy, recorded second, adds nothing). BUILT BY HAND: the
+    # hooks from the pre/post-tool-use schemas, the rollout in the 0.146 fixture's shapes.
+    sid = "019fc8be-3658-7ca3-9e29-0000000e71e7"
+
+    def result(code: int, body: str) -> str:
+        return (f"Chunk ID: 3f2a1c\nWall time: 0.0104 seconds\nProcess exited with code {code}\n"
+                f"Original token count: 4\nOutput:\n{body}")
+
+    # the second command's own output prints a status line: only the header counts
+    calls = [("call-1", "ls", 0, "a.txt\nProcess exited with code 3\n"), ("call-2", "false", 1, "")]
+    rollout: list[dict] = [
+        {"type": "session_meta", "payload": {"id": sid, "cwd": "/tmp/repo", "cli_version": "0.146.0"}},
+        {"type": "turn_context", "payload": {"cwd": "/tmp/repo", "model": "gpt-5.6"}},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "run them"}},
+    ]
+    hooks: list[dict] = []
+    common = {"session_id": sid, "cwd": "/tmp/repo", "model": "gpt-5.6",
+              "permission_mode": "default", "transcript_path": None, "turn_id": "turn-1"}
+    for cid, cmd, code, body in calls:
+        rollout += [
+            {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command",
+                                                  "call_id": cid, "arguments": json.dumps({"cmd": cmd})}},
+            {"type": "event_msg", "payload": {"type": "exec_command_end", "call_id": cid, "exit_code": code}},
+            {"type": "response_item", "payload": {"type": "function_call_output", "call_id": cid,
+                                                  "output": {"type": "input_text", "text": result(code, body)}}},
+        ]
+        tool = {**common, "tool_name": "Bash", "tool_input": {"command": cmd}, "tool_use_id": cid}
+        hooks += [{**tool, "hook_event_name": "PreToolUse"},
+                  {**tool, "hook_event_name": "PostToolUse", "tool_response": result(code, body)}]
+    path = tmp_path / f"rollout-2026-08-03T10-48-56-{sid}.jsonl"
+    path.write_text("".join(
+        json.dumps({"timestamp": f"2026-08-03T10:48:{i:02d}.000Z", **r}) + "\n"
+        for i, r in enumerate(rollout)
+    ))
+
+    def send_hooks() -> None:
+        for n, h in enumerate(hooks):
+            assert ingest_hook(services.ledger, "codex", json.dumps(h).encode(), f"x-{n}").error is None
+
+    if hooks_first:
+        send_hooks()
+    import_paths(services.ledger, [path])
+    if not hooks_first:
+        send_hooks()
+    services.runner.catch_up()
+    (s,) = queries.list_sessions(services.models, agent="codex")
+    failed = {cid for cid, _, code, _ in calls if code != 0}  # independent: the exit codes
+    assert s["tool_call_count"] == len(calls) and s["tool_error_count"] == len(failed)
+    detail = queries.get_session(services.models, s["id"])
+    assert {c["tool_use_id"] for c in detail["tool_calls"] if c["is_error"]} == failed
