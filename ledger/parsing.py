@@ -168,7 +168,10 @@ def parse_data(path: Path, data: bytes) -> Iterator[Observation | Rejected]:
         ValueError: not a recognised agent file.
         OSError: a companion file (a subagent's ``.meta.json``) cannot be read.
     """
-    fmt = detect(path, detection_head(path, data))
+    head = detection_head(path, data)
+    if (why := agent_files.not_a_session(path, head)) is not None:
+        raise ValueError(why)
+    fmt = detect(path, head)
     source = str(path)
     if fmt in agent_files.FORMATS:
         yield from agent_files.parse(fmt, path, data)

@@ -675,7 +675,8 @@ class Session(BaseAggregate[UUID]):
             if live:
                 if not ("hook_call_hash" in obs.extra or "pair" in obs.extra):
                     return data, (), None  # its id is the file's too: met by key
-                alias = self.live_alias("call", _hash_of(data), obs.source_format)
+                h = obs.extra.get("hook_call_hash") or _hash_of(data)  # Cursor: its own spelling
+                alias = self.live_alias("call", h, obs.source_format)
                 if alias in self.file_calls:
                     return data, (), (alias, f"tool:{own}:start")
                 return data, (alias,) if "hook_call_hash" in obs.extra else (), None

@@ -404,3 +404,41 @@ def test_openclaw_usage_and_own_cost(services: Services, tmp_path: Path) -> None
         if type(e).__name__ == "CostReported"
     ]
     assert costs == [usage["cost"]["total"]]
+
+
+def test_gemini_prompt_log_and_checkpoints_beside_the_chats_are_no_sessions(
+    services: Services, tmp_path: Path
+) -> None:
+    # Review finding: `hookledger import ~/.gemini/tmp` (the README's example) also read
+    # the files Gemini CLI keeps beside chats/ (upstream packages/core/src/core/logger.ts):
+    # logs.json became a Claude Code session (status CREATED, 0 prompts) per Gemini
+    # session id, and a `/chat save` checkpoint-<tag>.json a Gemini session
+    # "checkpoint-<tag>" holding the saved chat's prompts again.
+    chat = GEMINI / "session-2025-10-27T19-55-981c87cb.json"
+    doc = json.loads(chat.read_text())
+    users = [m for m in doc["messages"] if m["type"] == "user"]
+    project = tmp_path / "tmp" / doc["projectHash"]
+    (project / "chats").mkdir(parents=True)
+    (project / "chats" / chat.name).write_bytes(chat.read_bytes())
+    log = [
+        {"sessionId": doc["sessionId"], "messageId": i, "type": "user",
+         "message": _text(m["content"]), "timestamp": m["timestamp"]}
+        for i, m in enumerate(users)
+    ]
+    (project / "logs.json").write_text(json.dumps(log, indent=2))
+    history = [{"role": "user" if m["type"] == "user" else "model",
+                "parts": [{"text": _text(m["content"])}]} for m in doc["messages"]]
+    (project / "checkpoint-before-refactor.json").write_text(
+        json.dumps({"history": history, "authType": "oauth-personal"}, indent=2)
+    )
+    (project / "checkpoint-old.json").write_text(json.dumps(history))  # the legacy bare array
+
+    summary = import_paths(services.ledger, [tmp_path / "tmp"])
+    assert summary.files == 1
+    assert sorted(Path(p).name for p, _ in summary.skipped) == [
+        "checkpoint-before-refactor.json", "checkpoint-old.json", "logs.json"
+    ]
+    services.runner.catch_up()
+    (only,) = queries.list_sessions(services.models)
+    assert (only["agent"], only["external_id"]) == ("gemini", doc["sessionId"])
+    assert only["prompt_count"] == len(users)

@@ -471,6 +471,56 @@ def test_cursor_hook_tool_call_and_transcript_tool_call_are_one_call(
 
 
 
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "transcript-first"])
+def test_cursor_write_spelled_two_ways_is_one_call(
+    services: Services, tmp_path: Path, hooks_first: bool
+) -> None:
+    """A ``Write`` as Cursor records it (entireio/cli ``cmd/entire/cli/agent/cursor/
+    AGENT.md`` @126f2ac, BUILT BY HAND from its examples): the hooks' ``tool_input`` is
+    ``{file_path, content}``, the transcript's ``tool_use.input`` ``{path, contents}``.
+    Review finding: the two copies never met (the call hash was over the input as each
+    spelled it), so `hookledger hook cursor` + `hookledger import` showed 2 tool calls
+    for the 1 write, in either order."""
+    sid = "7d1c0000-0000-4000-8000-0000000000c1"
+    base = {"conversation_id": sid, "generation_id": "g1", "model": "gpt-5.2",
+            "cursor_version": "2026.02.13-41ac335", "workspace_roots": ["/r"],
+            "user_email": "user@example.com", "transcript_path": None}
+    tool = {"tool_name": "Write", "tool_input": {"file_path": "/r/hello.txt", "content": "hi\n"},
+            "tool_use_id": "call_abc\nctc_abc"}
+    hooks = [
+        {"hook_event_name": "sessionStart", "session_id": sid, "is_background_agent": False},
+        {"hook_event_name": "beforeSubmitPrompt", "prompt": "create hello.txt", "attachments": []},
+        {"hook_event_name": "preToolUse", **tool},
+        {"hook_event_name": "postToolUse", **tool, "tool_output": '{"success":true}', "duration": 36.8},
+        {"hook_event_name": "stop", "status": "completed", "loop_count": 0},
+    ]
+    lines = [
+        {"role": "user", "message": {"content": [
+            {"type": "text", "text": "<user_query>\ncreate hello.txt\n</user_query>"}]}},
+        {"role": "assistant", "message": {"content": [
+            {"type": "text", "text": "Creating it."},
+            {"type": "tool_use", "name": "Write", "input": {"path": "/r/hello.txt", "contents": "hi\n"}}]}},
+        {"role": "assistant", "message": {"content": [{"type": "text", "text": "Created the file."}]}},
+    ]
+    path = tmp_path / f"{sid}.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    def send() -> None:
+        for i, h in enumerate(hooks):
+            assert ingest_hook(services.ledger, "cursor", orjson.dumps({**base, **h}), f"w-{i}").error is None
+
+    if hooks_first:
+        send()
+    import_paths(services.ledger, [path])
+    if not hooks_first:
+        send()
+    detail = _row(services, sid)
+    # independent count: one tool_use block in the file, one preToolUse in the hooks
+    assert detail["tool_call_count"] == 1 == len(detail["tool_calls"])
+    assert detail["tool_calls"][0]["status"] == "completed"
+    assert detail["prompt_count"] == 1
+
+
 def _cursor_turn(sid: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The documented hook payloads (BUILT BY HAND) of the real drift transcript's turn:
     (the call's fields, [preToolUse, postToolUse])."""

@@ -435,6 +435,144 @@ def test_fork_without_a_copied_history_counts_everything(
     assert _tool_ids(services, session) == want["calls"]
 
 
+def _subagent_rollout(folder: Path, parent_id: str) -> Path:
+    """A subagent's rollout as Codex 0.9x-0.145 writes one (FORMATS.md A6, C8, C12): the
+    parent named only in ``source.subagent.thread_spawn`` (no top-level
+    ``parent_thread_id``/``forked_from_id``), no copy of the parent's history, and
+    ``token_count`` re-emitted with an unchanged total, once with ``info: null``, with
+    nested and with flat ``rate_limits``."""
+    child = "019b0000-0000-7000-8000-00000000c0de"
+
+    def count(inp: int, cached: int, out: int, *, flat: bool = False) -> dict:
+        total = {"input_tokens": inp, "cached_input_tokens": cached, "output_tokens": out,
+                 "reasoning_output_tokens": out // 5, "total_tokens": inp + out}
+        limits = ({"primary_used_percent": 12.0, "primary_window_minutes": 300} if flat
+                  else {"primary": {"used_percent": 12.0, "window_minutes": 300}})
+        return {"type": "token_count", "rate_limits": limits,
+                "info": {"total_token_usage": total, "last_token_usage": total}}
+
+    def call(call_id: str, command: str, exit_code: int) -> list[tuple[str, dict]]:
+        output = {"output": "", "metadata": {"exit_code": exit_code, "duration_seconds": 0.1}}
+        return [
+            ("response_item", {"type": "function_call", "name": "shell", "call_id": call_id,
+                               "arguments": json.dumps({"command": [command]})}),
+            ("response_item", {"type": "function_call_output", "call_id": call_id,
+                               "output": json.dumps(output)}),
+        ]
+
+    spawn = {"thread_spawn": {"parent_thread_id": parent_id, "depth": 1, "agent_role": "explorer"}}
+    records = [
+        ("session_meta", {"id": child, "timestamp": "2026-03-01T10:00:00.000Z", "cwd": "/w",
+                          "originator": "codex_cli_rs", "cli_version": "0.98.0",
+                          "source": {"subagent": spawn}}),
+        ("turn_context", {"cwd": "/w", "model": "gpt-5.2-codex"}),
+        ("event_msg", {"type": "user_message", "message": "look at the tests", "kind": "plain"}),
+        ("event_msg", {"type": "token_count", "info": None, "rate_limits": {}}),
+        *call("call_a", "ls", 0),
+        ("event_msg", count(1000, 200, 50)),
+        ("event_msg", count(1000, 200, 50)),
+        ("event_msg", count(1000, 200, 50, flat=True)),
+        *call("call_b", "false", 1),
+        ("event_msg", count(2500, 1200, 90)),
+        ("event_msg", count(2500, 1200, 90, flat=True)),
+        ("event_msg", {"type": "task_complete", "last_agent_message": "done"}),
+    ]
+    path = folder / f"rollout-2026-03-01T10-00-00-{child}.jsonl"
+    path.write_text("".join(
+        json.dumps({"timestamp": f"2026-03-01T10:00:{i:02d}.000Z", "type": t, "payload": p}) + "\n"
+        for i, (t, p) in enumerate(records)
+    ))
+    return path
+
+
+def test_subagent_rollout_names_its_parent_and_counts_once(
+    services: Services, tmp_path: Path
+) -> None:
+    # Review finding: a subagent's rollout that names its parent only in
+    # session_meta.source.subagent.thread_spawn (Codex before parent_thread_id) was
+    # imported as a root session: `sessions --json` gave parent_id null.
+    parent_id = _records(PARENT_ROLLOUT)[0]["payload"]["id"]
+    path = _subagent_rollout(tmp_path, parent_id)
+    records = _records(path)
+    import_paths(services.ledger, [PARENT_ROLLOUT, path])
+    services.runner.catch_up()
+    sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
+    child = sessions[records[0]["payload"]["id"]]
+    assert child["parent_id"] == sessions[parent_id]["id"]
+    want = _rollout_expected(records)
+    assert [b["prompt"] for b in queries.get_session(services.models, child["id"])["batches"]] == (
+        want["prompts"]
+    )
+    assert _tool_ids(services, child) == want["calls"] == ["call_a", "call_b"]
+    assert child["tool_error_count"] == 1  # call_b exited 1
+    assert _tokens(child) == want["tokens"]  # the last total, not the sum of the repeats
+    assert sum(want["tokens"].values()) == want["total"]
+    assert sum(1 for e in _events(services, child) if e.raw is not None) == len(records)
+    # the parent is what it was alone
+    alone = _rollout_expected(_records(PARENT_ROLLOUT))
+    assert _tokens(sessions[parent_id]) == alone["tokens"]
+
+
+def test_newer_rollout_calls_fail_as_their_end_events_say(services: Services, tmp_path: Path) -> None:
+    # Review finding: Codex 0.146 gives the model a call's output as text / content
+    # items with no exit code (codex_rollout_small_0.146.jsonl); whether the call failed
+    # is in the event_msg that ends it: exec_command_end.exit_code,
+    # patch_apply_end.success, mcp_tool_call_end.result {Err} / {Ok: {isError}}. A
+    # rollout with a failed command, a failed patch and a failed MCP call showed
+    # tool_error_count 0 in `sessions --json`. Shapes from that fixture's records.
+    sid = "019fc8be-3658-7ca3-9e29-00000000e7d0"
+
+    def text(t: str) -> dict:
+        return {"type": "input_text", "text": t}
+
+    def call(cid: str, ptype: str, name: str, args: str, end: dict, output: object) -> list[dict]:
+        item = {"type": ptype, "call_id": cid, "name": name,
+                ("input" if ptype == "custom_tool_call" else "arguments"): args}
+        out = {"type": f"{ptype}_output", "call_id": cid, "output": output}
+        return [{"type": "response_item", "payload": item},
+                {"type": "event_msg", "payload": {"call_id": cid, **end}},
+                {"type": "response_item", "payload": out}]
+
+    records = [
+        {"type": "session_meta", "payload": {"id": sid, "cwd": "/tmp/repo", "cli_version": "0.146.0"}},
+        {"type": "turn_context", "payload": {"cwd": "/tmp/repo", "model": "gpt-5.6"}},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "fix it"}},
+        *call("call-1", "function_call", "exec_command", '{"cmd":"ls"}',
+              {"type": "exec_command_end", "exit_code": 0}, text("a.txt\n")),
+        *call("call-2", "function_call", "exec_command", '{"cmd":"pytest"}',
+              {"type": "exec_command_end", "exit_code": 1}, text("1 failed\n")),
+        *call("call-3", "custom_tool_call", "apply_patch", "*** Begin Patch",
+              {"type": "patch_apply_end", "success": False, "status": "failed"}, [text("no match")]),
+        *call("call-4", "function_call", "example__tool", "{}",
+              {"type": "mcp_tool_call_end", "result": {"Err": "tool call failed: timeout"}},
+              [text("tool call failed: timeout")]),
+        *call("call-5", "function_call", "example__tool", "{}",
+              {"type": "mcp_tool_call_end", "result": {"Ok": {"content": [], "isError": True}}}, []),
+        *call("call-6", "function_call", "example__tool", "{}",
+              {"type": "mcp_tool_call_end", "result": {"Ok": {"content": [], "isError": False}}}, []),
+        {"type": "event_msg", "payload": {"type": "task_complete"}},
+    ]
+    path = tmp_path / f"rollout-2026-08-03T10-48-56-{sid}.jsonl"
+    path.write_text("".join(
+        json.dumps({"timestamp": f"2026-08-03T10:48:{i:02d}.000Z", **r}) + "\n"
+        for i, r in enumerate(records)
+    ))
+    # independent count from the end events
+    ends = [r["payload"] for r in records if r["payload"].get("type", "").endswith("_end")]
+    failed = {
+        e["call_id"] for e in ends
+        if e.get("exit_code", 0) != 0 or e.get("success") is False
+        or "Err" in e.get("result", {}) or e.get("result", {}).get("Ok", {}).get("isError")
+    }
+    assert failed == {"call-2", "call-3", "call-4", "call-5"}
+    session = _import_one(services, path)
+    assert session["tool_call_count"] == len(ends) == 6
+    assert session["tool_error_count"] == len(failed)
+    calls = queries.get_session(services.models, session["id"])["tool_calls"]
+    assert {c["tool_use_id"] for c in calls if c["is_error"]} == failed
+    assert sum(1 for e in _events(services, session) if e.raw is not None) == len(records)
+
+
 def test_rollout_schema_drift_files_import(services: Services) -> None:
     folder = FIXTURES / "agent-sessions-schema-drift"
     paths = sorted(folder.glob("codex_*.jsonl"))

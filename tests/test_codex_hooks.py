@@ -21,6 +21,7 @@ from api.jobs import run_jobs
 from ledger.config import Settings
 from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
+from ledger.observation import SessionRef
 from projections import queries
 
 from conftest import FIXTURES, Server
@@ -308,3 +309,170 @@ def test_a_failed_call_counts_as_failed_whichever_source_comes_first(
     assert s["tool_call_count"] == 123 and s["tool_error_count"] == 12
     failed = [c for c in queries.get_session(services.models, s["id"])["tool_calls"] if c["is_error"]]
     assert {c["error"].split(" ")[0] for c in failed} <= {"exit", "failed", "patch"}
+
+
+def _subagent_session(parent: dict) -> tuple[list[dict], list[dict]]:
+    """A subagent the thread of ``parent`` (its ``session_meta`` payload) spawned: the
+    child's rollout records (``session_meta.id`` = the child thread,
+    ``source.subagent.thread_spawn`` naming the parent) and the hooks Codex fires for it,
+    BUILT BY HAND from ``subagent-start`` / ``subagent-stop`` / ``pre-tool-use`` /
+    ``post-tool-use.command.input.schema.json``: SubagentStart and SubagentStop on the
+    parent's ``session_id`` with the child's ``agent_id``, and the child's tool hooks
+    carrying that ``agent_id`` (optional in the tool schemas)."""
+    child = "019b0000-0000-7000-8000-00000000c0de"
+    at = "2026-03-01T10:00:{:02d}.000Z"
+    calls = [("call_a", "ls", 0), ("call_b", "false", 1)]
+    spawn = {"thread_spawn": {"parent_thread_id": parent["id"], "depth": 1}}
+    rollout: list[dict] = [
+        {"type": "session_meta", "payload": {"id": child, "session_id": parent["id"],
+                                             "cwd": parent["cwd"], "source": {"subagent": spawn}}},
+        {"type": "turn_context", "payload": {"cwd": parent["cwd"], "model": "gpt-5-codex"}},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "look at the tests"}},
+    ]
+    for call_id, cmd, code in calls:
+        output = {"output": "", "metadata": {"exit_code": code}}
+        rollout += [
+            {"type": "response_item", "payload": {"type": "function_call", "name": "shell",
+                                                  "call_id": call_id,
+                                                  "arguments": json.dumps({"command": cmd})}},
+            {"type": "response_item", "payload": {"type": "function_call_output",
+                                                  "call_id": call_id, "output": json.dumps(output)}},
+        ]
+    rollout.append({"type": "event_msg", "payload": {"type": "task_complete"}})
+    for i, r in enumerate(rollout):
+        r["timestamp"] = at.format(i)
+    common = _common(parent, "turn-9")
+    sub = {**common, "agent_id": child, "agent_type": "explorer"}
+    hooks: list[dict] = [{**sub, "hook_event_name": "SubagentStart"}]
+    for call_id, cmd, code in calls:
+        tool = {**sub, "tool_name": "Bash", "tool_input": {"command": cmd}, "tool_use_id": call_id}
+        hooks += [
+            {**tool, "hook_event_name": "PreToolUse"},
+            {**tool, "hook_event_name": "PostToolUse", "tool_response": {"exit_code": code}},
+        ]
+    hooks.append({**sub, "hook_event_name": "SubagentStop", "stop_hook_active": False,
+                  "agent_transcript_path": None, "last_assistant_message": "done"})
+    return rollout, hooks
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "rollout-first"])
+def test_a_subagent_seen_by_hooks_and_its_rollout_is_one_child_session(
+    services: Services, tmp_path, hooks_first: bool
+) -> None:
+    # Review finding: SubagentStart/SubagentStop were unknown hooks, and a subagent's tool
+    # hooks went to the thread that spawned it: with the hooks and the child's rollout,
+    # `sessions --json` showed the parent with the child's 2 tool calls and the child
+    # (no parent_id before the rollout fix) with the same 2 again: 4 calls for 2.
+    parent = _rollout()[0]["payload"]
+    rollout, hooks = _subagent_session(parent)
+    path = tmp_path / f"rollout-2026-03-01T10-00-00-{rollout[0]['payload']['id']}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rollout))
+
+    def send_hooks() -> None:
+        for n, h in enumerate(hooks):
+            body = json.dumps(h).encode()
+            assert ingest_hook(services.ledger, "codex", body, f"s-{n}").error is None
+
+    if hooks_first:
+        send_hooks()
+    import_paths(services.ledger, [ROLLOUT, path])
+    if not hooks_first:
+        send_hooks()
+    services.runner.catch_up()
+    sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
+    assert set(sessions) == {parent["id"], rollout[0]["payload"]["id"]}
+    child, top = sessions[rollout[0]["payload"]["id"]], sessions[parent["id"]]
+    assert child["parent_id"] == top["id"]
+    # independent count: the child's calls are its rollout's call_ids, one failed (exit 1)
+    calls = {r["payload"]["call_id"] for r in rollout if r["payload"].get("type") == "function_call"}
+    assert child["tool_call_count"] == len(calls) == 2 and child["tool_error_count"] == 1
+    assert child["prompt_count"] == 1
+    # the parent keeps only its own rollout's calls
+    own = {r["payload"]["call_id"] for r in _rollout() if r["payload"].get("type") == "function_call"}
+    assert top["tool_call_count"] == len(own)
+    assert child["status"] == "WAITING"  # its turn ended; SubagentStop is no session end
+
+
+def test_each_turn_of_a_subagent_ends_with_its_own_subagent_stop(services: Services) -> None:
+    # SubagentStop fires at the end of each of a subagent's turns, in place of Stop
+    # (openai/codex#22873); send_input gives the child another turn. Keyed per child
+    # (subagent:{id}:end), the second SubagentStop was dropped as a duplicate of the
+    # first. Hooks BUILT BY HAND as in _subagent_session.
+    parent = _rollout()[0]["payload"]
+    _, hooks = _subagent_session(parent)
+    start, stop = hooks[0], hooks[-1]
+    child = start["agent_id"]
+    second = {**stop, "turn_id": "turn-10", "last_assistant_message": "done again"}
+
+    def status_after(n: int, hook: dict) -> str:
+        assert ingest_hook(services.ledger, "codex", json.dumps(hook).encode(), f"r-{n}").error is None
+        services.runner.catch_up()
+        sessions = {s["external_id"]: s for s in queries.list_sessions(services.models, agent="codex")}
+        return sessions[child]["status"]
+
+    assert [status_after(n, h) for n, h in enumerate([start, stop, second])] == [
+        "ACTIVE", "WAITING", "WAITING"
+    ]
+    events = list(services.ledger.repository.event_store.get(SessionRef("codex", child).id))
+    ends = [e.last_assistant_message for e in events if type(e).__name__ == "TurnEnded"]
+    assert ends == ["done", "done again"]
+
+
+@pytest.mark.parametrize("hooks_first", [True, False], ids=["hooks-first", "rollout-first"])
+def test_a_command_whose_text_says_it_failed_counts_failed_whichever_source_comes_first(
+    services: Services, tmp_path, hooks_first: bool
+) -> None:
+    # Newer Codex gives the model (and a PostToolUse hook, as tool_response) a command's
+    # result as text whose header says `Process exited with code N` (openai/codex#45917;
+    # no structured exit code reaches the hook: #34289). Review finding: with the hooks
+    # first, `sessions --json` showed tool_error_count 0 for a session whose `false`
+    # exited 1 (the rollout's copy, recorded second, adds nothing). BUILT BY HAND: the
+    # hooks from the pre/post-tool-use schemas, the rollout in the 0.146 fixture's shapes.
+    sid = "019fc8be-3658-7ca3-9e29-0000000e71e7"
+
+    def result(code: int, body: str) -> str:
+        return (f"Chunk ID: 3f2a1c\nWall time: 0.0104 seconds\nProcess exited with code {code}\n"
+                f"Original token count: 4\nOutput:\n{body}")
+
+    # the second command's own output prints a status line: only the header counts
+    calls = [("call-1", "ls", 0, "a.txt\nProcess exited with code 3\n"), ("call-2", "false", 1, "")]
+    rollout: list[dict] = [
+        {"type": "session_meta", "payload": {"id": sid, "cwd": "/tmp/repo", "cli_version": "0.146.0"}},
+        {"type": "turn_context", "payload": {"cwd": "/tmp/repo", "model": "gpt-5.6"}},
+        {"type": "event_msg", "payload": {"type": "user_message", "message": "run them"}},
+    ]
+    hooks: list[dict] = []
+    common = {"session_id": sid, "cwd": "/tmp/repo", "model": "gpt-5.6",
+              "permission_mode": "default", "transcript_path": None, "turn_id": "turn-1"}
+    for cid, cmd, code, body in calls:
+        rollout += [
+            {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command",
+                                                  "call_id": cid, "arguments": json.dumps({"cmd": cmd})}},
+            {"type": "event_msg", "payload": {"type": "exec_command_end", "call_id": cid, "exit_code": code}},
+            {"type": "response_item", "payload": {"type": "function_call_output", "call_id": cid,
+                                                  "output": {"type": "input_text", "text": result(code, body)}}},
+        ]
+        tool = {**common, "tool_name": "Bash", "tool_input": {"command": cmd}, "tool_use_id": cid}
+        hooks += [{**tool, "hook_event_name": "PreToolUse"},
+                  {**tool, "hook_event_name": "PostToolUse", "tool_response": result(code, body)}]
+    path = tmp_path / f"rollout-2026-08-03T10-48-56-{sid}.jsonl"
+    path.write_text("".join(
+        json.dumps({"timestamp": f"2026-08-03T10:48:{i:02d}.000Z", **r}) + "\n"
+        for i, r in enumerate(rollout)
+    ))
+
+    def send_hooks() -> None:
+        for n, h in enumerate(hooks):
+            assert ingest_hook(services.ledger, "codex", json.dumps(h).encode(), f"x-{n}").error is None
+
+    if hooks_first:
+        send_hooks()
+    import_paths(services.ledger, [path])
+    if not hooks_first:
+        send_hooks()
+    services.runner.catch_up()
+    (s,) = queries.list_sessions(services.models, agent="codex")
+    failed = {cid for cid, _, code, _ in calls if code != 0}  # independent: the exit codes
+    assert s["tool_call_count"] == len(calls) and s["tool_error_count"] == len(failed)
+    detail = queries.get_session(services.models, s["id"])
+    assert {c["tool_use_id"] for c in detail["tool_calls"] if c["is_error"]} == failed

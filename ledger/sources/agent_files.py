@@ -12,6 +12,9 @@ then :func:`parse` for the detected format. Formats:
   or holding ``{"type": "message", "message": {"role"}}`` records with ``parentId``
   (:mod:`ledger.sources.openclaw_transcript`).
 
+Gemini CLI's prompt log and ``/chat save`` checkpoints are no sessions
+(:func:`not_a_session`: skipped with that reason).
+
 The session id falls back to the file name (without suffix) when the file names none
 (Cursor transcripts are always named ``<conversation_id>.jsonl``).
 """
@@ -27,6 +30,25 @@ from ledger.sources.jsonl import json_objects
 
 FORMATS = ("gemini.chat", "gemini.chat-jsonl", "cursor.transcript", "openclaw.transcript")
 _GEMINI_JSON_MARKERS = (b'"messages"', b'"history"', b'"toolCalls"', b'"tokens"')
+
+
+def not_a_session(path: Path, head: bytes) -> str | None:
+    """Why ``path``, a file Gemini CLI keeps beside its chats in
+    ``~/.gemini/tmp/<projectHash>/`` (upstream ``packages/core/src/core/logger.ts``), is
+    no session to import, or None for any other file: ``logs.json``, every session's
+    prompts again (``[{sessionId, messageId, timestamp, type: "user", message}]``), and a
+    ``/chat save`` checkpoint ``checkpoint-<tag>.json`` (``{history[], authType}``, or
+    the legacy bare array), a copy of a chat's history. Imported, the first became a
+    Claude Code session per Gemini session id, the second a Gemini session named after
+    the file with the saved chat's prompts counted again."""
+    if path.suffix != ".json":
+        return None
+    start = head.lstrip()[:1]
+    if path.name == "logs.json" and start == b"[" and b'"messageId"' in head:
+        return "Gemini CLI's prompt log (logs.json): the prompts its chat files hold"
+    if path.name.startswith("checkpoint-") and (start == b"[" or b'"history"' in head):
+        return "a Gemini CLI /chat save checkpoint: a copy of a chat file's history"
+    return None
 
 
 def detect(path: Path, head: bytes) -> str | None:

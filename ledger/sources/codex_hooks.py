@@ -16,6 +16,16 @@ gives the model) (``tool:{id}:start|end``; Codex uses the model's ``call_id``, t
 rollout source uses); PermissionRequest -> ``PermissionRequested``; Stop -> ``TurnEnded``;
 StopFailure -> ``TurnEnded`` with the error; PreCompact -> ``Compacted``; any other name
 -> ``UnknownHookEvent`` with the raw payload. Other keys: ``hook:{capture_key}``.
+
+Subagents (``subagent-start`` / ``subagent-stop.command.input``; openai/codex#22873,
+#22882): ``agent_id`` is the subagent's own thread id (its rollout's
+``session_meta.id``), ``session_id`` the thread that spawned it. SubagentStart (once, in
+place of SessionStart) -> ``SubagentLinked`` on the parent and ``Started`` on the child
+session ``agent_id`` (its parent ``session_id``: the child its rollout names);
+SubagentStop (at the end of each of the child's turns, in place of Stop) ->
+``SubagentStopped`` on the parent and ``TurnEnded`` on the child (``send_input`` can give
+it another turn). Any other hook that carries an ``agent_id`` fired inside that subagent
+and is recorded on the child, where its rollout's copy of the same prompt or call is.
 """
 
 from __future__ import annotations
@@ -41,6 +51,8 @@ KNOWN_HOOKS = frozenset(
         "Stop",
         "StopFailure",
         "PreCompact",
+        "SubagentStart",
+        "SubagentStop",
     }
 )
 
@@ -53,7 +65,10 @@ PRODUCES = {  # source_format -> Session events it yields (docs/events.md, ledge
             "Compacted",
             "PermissionRequested",
             "PromptSubmitted",
+            "RecordObserved",
             "Started",
+            "SubagentLinked",
+            "SubagentStopped",
             "ToolCallCompleted",
             "ToolCallStarted",
             "TurnEnded",
@@ -86,7 +101,16 @@ def parse_hook(
     if name is None:
         raise HookPayloadError("hook payload has no hook_event_name")
     payload, redactions = strip_private(payload, raw=raw)
-    ref = SessionRef(AGENT, sid, None, None, str_or_none(payload.get("cwd")))
+    cwd = str_or_none(payload.get("cwd"))
+    parent = SessionRef(AGENT, sid, None, None, cwd)
+    agent_id = str_or_none(payload.get("agent_id"))
+    if agent_id == sid or name in ("SubagentStart", "SubagentStop"):
+        agent_id = None
+    ref = (
+        SessionRef(AGENT, agent_id, sid, str_or_none(payload.get("agent_type")), cwd)
+        if agent_id
+        else parent
+    )
     key = f"hook:{capture_key}"
     common: dict[str, Any] = {
         "source_format": SOURCE_FORMAT,
@@ -102,8 +126,10 @@ def parse_hook(
 def _facts(
     name: str, p: dict[str, Any], ref: SessionRef, key: str, common: dict[str, Any]
 ) -> list[Observation]:
-    def obs(kind: str, data: dict[str, Any], k: str = key) -> Observation:
-        return Observation(ref, kind, k, data, **common)
+    def obs(
+        kind: str, data: dict[str, Any], k: str = key, session: SessionRef = ref
+    ) -> Observation:
+        return Observation(session, kind, k, data, **common)
 
     def s(field: str) -> str | None:
         return str_or_none(p.get(field))
@@ -174,4 +200,56 @@ def _facts(
         return [obs("TurnEnded", {"reason": reason})]
     if name == "PreCompact":
         return [obs("Compacted", {"trigger": s("trigger")})]
+    if name in ("SubagentStart", "SubagentStop"):
+        return _subagent(name, p, ref, key, obs)
     return [obs("UnknownHookEvent", {"hook_event_name": name})]
+
+
+def _subagent(
+    name: str, p: dict[str, Any], parent: SessionRef, key: str, obs: Any
+) -> list[Observation]:
+    """The lineage and the child's ``Started`` / ``TurnEnded`` of a Subagent hook. A child
+    has a SubagentStop per turn: each is its own fact (keyed by the hook), the link is
+    made once."""
+    agent_id = str_or_none(p.get("agent_id"))
+    if not agent_id:
+        return [obs("RecordObserved", {"record_type": f"hook:{name}"})]
+    agent_type = str_or_none(p.get("agent_type"))
+    child = SessionRef(AGENT, agent_id, parent.external_id, agent_type, parent.cwd)
+    link = obs(
+        "SubagentLinked",
+        {
+            "child_id": child.id,
+            "child_external_id": child.external_id,
+            "agent_id": agent_id,
+            "agent_type": agent_type,
+        },
+        f"subagent:{agent_id}",
+    )
+    if name == "SubagentStart":
+        started = obs(
+            "Started",
+            {"source": "subagent", "model": str_or_none(p.get("model"))},
+            f"{key}:child",
+            child,
+        )
+        return [link, started]
+    stopped = obs(
+        "SubagentStopped",
+        {
+            "child_id": child.id,
+            "agent_id": agent_id,
+            "agent_type": agent_type,
+            "last_assistant_message": str_or_none(p.get("last_assistant_message")),
+        },
+    )
+    turn = obs(
+        "TurnEnded",
+        {
+            "reason": "subagent_stop",
+            "last_assistant_message": str_or_none(p.get("last_assistant_message")),
+        },
+        f"{key}:child",
+        child,
+    )
+    return [stopped, link, turn]

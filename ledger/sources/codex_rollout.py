@@ -8,7 +8,9 @@ Format source: ``shared/research/FORMATS.md`` A6 (``RolloutItem`` in ``openai/co
 
 * ``session_meta`` (first line; ``id``, later ``session_id``) names the session and gives
   ``Started``; a later ``session_meta`` (forks replay their parents') is kept as a record.
-  ``forked_from_id`` / ``parent_thread_id`` name the parent session (``Opened.parent_id``).
+  ``forked_from_id`` / ``parent_thread_id`` (or, in a subagent's rollout,
+  ``source.subagent.thread_spawn.parent_thread_id``) name the parent session
+  (``Opened.parent_id``).
 * A fork's file starts with a copy of its parent's history (``InitialHistory::Forked``:
   the parent's rollout items, its ``session_meta`` first, written as they were; see
   :meth:`RolloutParser._copied`). Those lines are kept as ``RecordObserved``
@@ -19,7 +21,8 @@ Format source: ``shared/research/FORMATS.md`` A6 (``RolloutItem`` in ``openai/co
   ``tool:{call_id}:start``); ``function_call_output``/``custom_tool_call_output`` ->
   ``ToolCallCompleted`` (failed when ``metadata.exit_code`` is not 0, or when the output
   is Codex's text for a call it did not run: ``failed in sandbox …``, ``patch rejected by
-  user``).
+  user``, or when an ``exec_command_end`` / ``patch_apply_end`` / ``mcp_tool_call_end``
+  before it reported the call failed: newer Codex writes outputs without exit codes).
 * ``event_msg``: ``user_message`` -> ``PromptSubmitted``; ``token_count`` -> a
   ``UsageRecorded`` of the *delta* of the cumulative ``total_token_usage`` (an unchanged
   snapshot records nothing new and is kept as a record; a total that goes down starts a
@@ -111,6 +114,9 @@ class RolloutParser:
         self.model: str | None = None
         self.totals: dict[str, int] | None = None
         self.seen_calls: set[tuple[str, str]] = set()
+        self.call_errors: dict[str, str] = {}
+        """``call_id`` -> the error an ``exec_command_end`` / ``patch_apply_end`` /
+        ``mcp_tool_call_end`` reported for a call whose output is still to come."""
         self.started = False
         self.prompt_counts: dict[str, int] = {}
         self.orphans: list[tuple[Decoded, bytes, str]] = []
@@ -150,8 +156,10 @@ class RolloutParser:
         if self.session is None and rec.get("type") == "session_meta":
             sid = str_or_none(payload.get("id")) or str_or_none(payload.get("session_id"))
             if sid is not None:
-                parent = str_or_none(payload.get("parent_thread_id")) or str_or_none(
-                    payload.get("forked_from_id")
+                parent = (
+                    str_or_none(payload.get("parent_thread_id"))
+                    or str_or_none(payload.get("forked_from_id"))
+                    or _spawned_by(payload.get("source"))
                 )
                 self.session = SessionRef(AGENT, sid, parent, None, str_or_none(payload.get("cwd")))
                 self.version = str_or_none(payload.get("cli_version"))
@@ -375,6 +383,9 @@ class RolloutParser:
             else None
         )
         failed, error = call_failure(output)
+        reported = self.call_errors.pop(call_id, None)
+        if not failed and reported is not None:
+            failed, error = True, reported
         return [
             Observation(
                 ref,
@@ -409,6 +420,12 @@ class RolloutParser:
             return [Observation(ref, "PromptSubmitted", key, data, alias_keys=alias, **common)]
         if ptype == "token_count":
             return self._token_count(p, ref, key, common)
+        if ptype in ("exec_command_end", "patch_apply_end", "mcp_tool_call_end"):
+            call_id = str_or_none(p.get("call_id"))
+            error = _end_error(ptype, p)
+            if call_id is not None and error is not None:
+                self.call_errors[call_id] = error
+            return []
         if ptype == "task_complete":
             return [
                 Observation(
@@ -476,6 +493,37 @@ class RolloutParser:
             {"message_id": f"{ref.external_id}:{key}", "model": self.model, **tokens},
             **common,
         )
+
+
+def _spawned_by(source: Any) -> str | None:
+    """The parent thread of a subagent's ``session_meta.source``
+    (``{"subagent": {"thread_spawn": {"parent_thread_id": …, "depth": …}}}``, Codex's
+    ``SessionSource::SubAgent(ThreadSpawn)``): the only place a subagent's parent is
+    named before ``parent_thread_id`` was added beside it; None for any other source."""
+    sub = source.get("subagent") if isinstance(source, dict) else None
+    spawn = sub.get("thread_spawn") if isinstance(sub, dict) else None
+    return str_or_none(spawn.get("parent_thread_id")) if isinstance(spawn, dict) else None
+
+
+def _end_error(ptype: str, p: dict[str, Any]) -> str | None:
+    """The failure an ``event_msg`` that ends a call reports, or None: a non-zero
+    ``exec_command_end.exit_code``, ``patch_apply_end.success`` false, an
+    ``mcp_tool_call_end.result`` that is ``{"Err": …}`` or ``{"Ok": {"isError": true}}``
+    (``ExecCommandEndEvent``, ``PatchApplyEndEvent``, ``McpToolCallEndEvent`` in
+    ``codex-rs/protocol``). Newer Codex gives the model a call's output as text or
+    content items with no exit code (0.146 fixture), so these events are where a
+    rollout says a call failed."""
+    if ptype == "exec_command_end":
+        code = int_or_none(p.get("exit_code"))
+        return f"exit code {code}" if code is not None and code != 0 else None
+    if ptype == "patch_apply_end":
+        return "patch failed" if p.get("success") is False else None
+    result = p.get("result") if isinstance(p.get("result"), dict) else {}
+    if "Err" in result:
+        err = result["Err"]
+        return (err.splitlines()[0][:200] or "MCP tool error") if isinstance(err, str) else "MCP tool error"
+    ok = result.get("Ok")
+    return "MCP tool error" if isinstance(ok, dict) and ok.get("isError") is True else None
 
 
 def _uuid7_time(value: Any) -> datetime | None:

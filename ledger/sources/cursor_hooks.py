@@ -22,7 +22,8 @@ Hooks -> facts:
   ``ToolCallCompleted`` keyed ``tool:{tool_use_id}:start|end`` (the id may hold a
   newline between its two parts: kept verbatim). The transcript's calls carry no id,
   so the aggregate also gives a start the alias ``call:{hash of tool name and
-  input}:{n}`` (n-th such hook call of the session) and its completion that alias
+  input}:{n}`` (n-th such hook call of the session; the input in the transcript's key
+  spelling, :func:`ledger.sources.cursor_transcript.call_input`) and its completion that alias
   plus ``:end``, the aliases the transcript import computes: one call, not two,
   whichever arrives first (a hook copy of a call the import recorded first is kept as
   a ``RecordObserved`` ``tool call captured again``). A ``postToolUse`` whose
@@ -61,6 +62,7 @@ from ledger.sources.adapter_kit import (
     prompt_kind,
     text_hash,
 )
+from ledger.sources.cursor_transcript import call_input
 
 AGENT = "cursor"
 SOURCE_FORMAT = "cursor.hook"
@@ -195,7 +197,7 @@ def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
         )
         # The transcript's copy of this call has no id: the aggregate gives this start
         # the alias ``call:{hash}:{n}`` the transcript import gives it (CallCounter).
-        o.extra["hook_call_hash"] = call_hash(tool_name, p.get("tool_input"))
+        o.extra["hook_call_hash"] = call_hash(tool_name, call_input(p.get("tool_input")))
         return o
     failed = name == "postToolUseFailure"
     error = p.get("error_message") if "error_message" in p else p.get("error")
@@ -215,7 +217,9 @@ def _tool(name: str, p: dict[str, Any], obs: Any, key: str) -> Observation:
     # The alias of its start, plus ":end"; when its start has not come (yet), the call is
     # known by its tool and input, which postToolUse repeats (Session._call_before_its_start)
     has_input = "tool_input" in p
-    o.extra["hook_call_hash"] = call_hash(tool_name, p["tool_input"]) if has_input else None
+    o.extra["hook_call_hash"] = (
+        call_hash(tool_name, call_input(p["tool_input"])) if has_input else None
+    )
     if has_input:
         o.extra["tool_input"] = p["tool_input"]  # for a start never seen (Session._start_unseen_call)
     return o

@@ -16,7 +16,10 @@ per message, ``{role, message{content[]}}``, with no uuid and no timestamp. Henc
   same tool name in the file. An id-less call has the alias ``call:{hash of tool name
   and input}:{n}`` (n-th such call in the file; its completion the alias plus
   ``:end``), the alias the aggregate gives the hook's copy of the call
-  (``preToolUse``/``postToolUse``), so hooks plus an import count it once;
+  (``preToolUse``/``postToolUse``), so hooks plus an import count it once. The two
+  copies spell some input keys differently (the transcript's ``Write`` is
+  ``{path, contents}``, the hook's ``{file_path, content}``: entireio/cli
+  ``cmd/entire/cli/agent/cursor/AGENT.md``), so the hash is over :func:`call_input`;
 * ``user`` text blocks are a prompt (the text inside ``<user_query>`` when present, so
   it equals the hook's ``beforeSubmitPrompt.prompt``); ``assistant``
   text blocks a reply; a line without ``role`` is kept as ``RecordObserved`` (except
@@ -137,7 +140,7 @@ def parse_records(
                     if b.get("type") in _CALLS:
                         tool_id = as_str(b.get("id"))
                         name = as_str(b.get("name")) or "(unknown)"
-                        alias = None if tool_id else calls.alias(name, b.get("input"))
+                        alias = None if tool_id else calls.alias(name, call_input(b.get("input")))
                         tool_id = tool_id or f"{key}#{i}"
                         open_calls.append((tool_id, name, alias))
                         start = obs(
@@ -163,6 +166,20 @@ def parse_records(
             yield unreadable(e, line, source, f"line {lineno}", AGENT, SOURCE_FORMAT)
             continue
         yield from facts
+
+
+_HOOK_SPELLING = {"file_path": "path", "content": "contents"}
+"""Input keys a Cursor hook spells as Claude Code does -> the transcript's spelling."""
+
+
+def call_input(tool_input: Any) -> Any:
+    """A Cursor tool call's input as both its copies hash it (the transcript's
+    ``tool_use.input`` and the hooks' ``tool_input``, :func:`ledger.observation.call_hash`):
+    the transcript's key spelling (``file_path`` -> ``path``, ``content`` -> ``contents``);
+    the stored input is the one each copy gave."""
+    if not isinstance(tool_input, dict):
+        return tool_input
+    return {_HOOK_SPELLING.get(k, k): v for k, v in tool_input.items()}
 
 
 def _unwrap(text: str) -> str:
