@@ -264,7 +264,9 @@ class Session(BaseAggregate[UUID]):
     class JobDecided(Event):
         """Base of a liveness job's decisions: the evidence an auditor can re-check.
         ``rule`` (``idle_batch``, ``idle_session``, ``unbatched_activity``,
-        ``archive_after``), ``threshold_s`` (seconds), ``measured_from`` (the latest
+        ``archive_after``; ``late_task_prompt``, decided by the session itself when a
+        subagent's task prompt arrives after its run's activity, threshold 0),
+        ``threshold_s`` (seconds), ``measured_from`` (the latest
         activity time the rule measured idle time from, on the source's clock where the
         session has one, or the timestamp of an operator's later ``resume``, which
         restarts the clock), ``last_version`` (the stream version the job saw last),
@@ -279,7 +281,9 @@ class Session(BaseAggregate[UUID]):
         decided_at: datetime
 
     class BatchClosed(JobDecided):
-        """A prompt batch with no activity for ``threshold_s`` was closed (``batch``)."""
+        """A prompt batch with no activity for ``threshold_s`` was closed (``batch``); or
+        (rule ``late_task_prompt``, reason ``session_end``) the batch a subagent's late
+        task prompt opened, closed at the run's end (``measured_from``) it followed."""
 
         reason: str = "idle_timeout"
 
@@ -290,7 +294,9 @@ class Session(BaseAggregate[UUID]):
 
     class ActivitiesAttached(JobDecided):
         """Activity that arrived outside any open batch was attached to ``batch``: the
-        latest batch, or a new recovery batch (``recovery``) when there was none.
+        latest batch, or, when it was recorded before any prompt (``recovery``: batch 0),
+        a new recovery batch, or (rule ``late_task_prompt``) the batch that a subagent's
+        task prompt recorded after it opened, whose counts it joins.
         ``versions`` are the attached events' stream versions; ``tool_use_ids`` their
         tool calls, ``tool_errors`` how many of those failed."""
 
@@ -550,16 +556,63 @@ class Session(BaseAggregate[UUID]):
                 },
             )
             appended += 1
-        if obs.kind == "PromptSubmitted" and not historical and opens_batch(obs.data):
+        late_task = self.batch == 0 and obs.kind == "PromptSubmitted" and obs.data.get("prompt_kind") == "task"
+        if obs.kind == "PromptSubmitted" and (late_task or not historical) and opens_batch(obs.data):
             batch = self.batch + 1
         status = self.status if historical else _next_status(self.status, obs)
         if obs.kind == "ToolCallCompleted":
             appended += self._start_unseen_call(obs, data, status, batch)
+        before = self._unattached() if late_task else None
         self._append(
             cls, obs, key=obs.key, status=status, batch=batch, raw=obs.raw, data=data,
             alias_keys=alias_keys,
         )
+        if before is not None:
+            appended += self._task_prompt_arrived_late(obs, recorded_at, before)
         return appended + 1
+
+    def _unattached(self) -> dict[str, Any]:
+        """The liveness's unattached activity (the ``ActivitiesAttached`` payload) now."""
+        lv = self.liveness
+        return {
+            "versions": tuple(lv.unattached),
+            "tool_use_ids": tuple(lv.unattached_tool_use_ids),
+            "tool_errors": lv.unattached_errors,
+            "first_activity_at": lv.first_unattached_at,
+        }
+
+    def _task_prompt_arrived_late(
+        self, obs: Observation, recorded_at: datetime, before: dict[str, Any]
+    ) -> int:
+        """A subagent's task prompt (its run's first input) recorded after the run's
+        activity (rule :data:`LATE_TASK_PROMPT`: its transcript imported after the hooks
+        that recorded its tool calls and its ``SubagentStop``) opened batch 1 (the
+        prompt is history when the run had ended: the state stays). The activity recorded
+        before it (batch 0, ``before``) followed it: an ``ActivitiesAttached``
+        (``recovery``: recorded before any prompt) attaches it to batch 1; a run that had
+        ended ended that batch there: a ``BatchClosed`` (reason ``session_end``,
+        ``measured_from`` the end). Transcript first, the same facts land in batch 1 as
+        they come. Returns the events appended."""
+        evidence = {
+            "rule": LATE_TASK_PROMPT, "threshold_s": 0, "last_version": self.version,
+            "decided_at": recorded_at,
+        }
+        appended = 0
+        if before["versions"]:
+            self._append(
+                Session.ActivitiesAttached, obs, key=f"{LATE_TASK_PROMPT}:{obs.key}:attached",
+                status=self.status, batch=self.batch, raw=None,
+                data={**evidence, "recovery": True, **before},
+            )
+            appended += 1
+        if self.status in ENDED_STATES and self.batch_open:
+            self._append(
+                Session.BatchClosed, obs, key=f"{LATE_TASK_PROMPT}:{obs.key}:closed",
+                status=self.status, batch=self.batch, raw=None,
+                data={**evidence, "reason": "session_end", "measured_from": self.ended_at},
+            )
+            appended += 1
+        return appended
 
     def _usage_not_yet_recorded(self, obs: Observation) -> dict[str, Any] | None:
         """The payload of a ``UsageRecorded`` whose tokens are a thread's running total as
@@ -1075,6 +1128,10 @@ PROMPT_CAPTURED_AGAIN = "prompt captured again"
 CALL_CAPTURED_AGAIN = "tool call captured again"
 """``record_type`` of a hook's copy of a tool call's start or completion another source
 recorded first."""
+
+LATE_TASK_PROMPT = "late_task_prompt"
+"""``rule`` of the decisions a subagent's task prompt recorded after its run's activity
+makes (:meth:`Session._task_prompt_arrived_late`)."""
 
 LATE_START = "tool call start after its completion"
 """``record_type`` of a tool call's start that arrived after its completion, whose start

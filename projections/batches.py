@@ -165,8 +165,9 @@ class BatchesProjection(Projection):
             _add(row, new, +1)
         rows.put("batch_usage", key, new)
     def _lifecycle(self, rows: RowCache, position: int, event: Any) -> None:
-        """Liveness job decisions: an idle batch closed; unbatched activity attached to
-        the latest batch, or to a new recovery batch (no prompt)."""
+        """Liveness decisions: an idle batch closed; unbatched activity attached to the
+        latest batch, or activity recorded before any prompt (``recovery``) to a new
+        recovery batch (no prompt) or to the batch a late task prompt opened."""
         key = (str(event.originator_id), event.batch)
         row = rows.get("prompt_batches", key)
         if isinstance(event, Session.BatchClosed):
@@ -176,7 +177,10 @@ class BatchesProjection(Projection):
                            last_position=position, settled_position=position)
                 rows.put("prompt_batches", key, row)
             return
-        if row is not None and not event.recovery:  # activity recorded after it closed
+        if row is not None:  # activity recorded after it closed, or before its (late) task prompt
+            if event.recovery:
+                row["tool_call_count"] += len(event.tool_use_ids)
+                row["tool_error_count"] += event.tool_errors
             row["settled_position"] = position
             rows.put("prompt_batches", key, row)
             return

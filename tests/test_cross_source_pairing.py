@@ -26,6 +26,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from test_analytics import differences
+
 from api.bootstrap import Services, build
 from ledger.config import Settings
 from ledger.envelope import raw_record
@@ -33,6 +35,7 @@ from ledger.importer import import_paths
 from ledger.ingest import ingest_hook
 from ledger.observation import SessionRef
 from projections import queries
+from projections.analytics import catch_up, open_snapshot
 from projections.base import iso
 
 from conftest import FIXTURES
@@ -768,3 +771,85 @@ def test_a_subagent_run_named_only_after_its_first_records_stays_one_child(
         assert children[0]["tool_call_count"] == len(calls) and children[0]["prompt_count"] == 1
     finally:
         services.close()
+
+
+def _live_subagent_hooks(sid: str, agent: str, folder: Path) -> list[tuple[dict[str, Any], datetime]]:
+    """The 2026 hooks of :func:`_subagent_run`'s session as ``hookledger serve`` gets them
+    live (FORMATS.md A1; BUILT BY HAND from its transcript's prompts, calls and ids): the
+    prompt, the parent's ``PreToolUse`` of the Agent call, ``SubagentStart``, the
+    subagent's Read (``agent_id`` set), ``SubagentStop`` (``agent_transcript_path``), the
+    Agent call's ``PostToolUse`` (``agentId``) and ``Stop``; each with its capture time,
+    after the transcript records it follows (the files are flushed before the hooks)."""
+    main = [json.loads(line) for line in (folder / f"{sid}.jsonl").read_text().splitlines()]
+    call = main[1]["message"]["content"][0]
+    side_path = folder / sid / "subagents" / f"agent-{agent}.jsonl"
+    side = [json.loads(line) for line in side_path.read_text().splitlines()]
+    read = side[1]["message"]["content"][0]
+    base = {"session_id": sid, "transcript_path": str(folder / f"{sid}.jsonl"), "cwd": "/w",
+            "permission_mode": "default"}
+    sub = {**base, "agent_id": agent, "agent_type": "general-purpose"}
+    agent_call = {"tool_name": call["name"], "tool_input": call["input"], "tool_use_id": call["id"]}
+    read_call = {"tool_name": read["name"], "tool_input": read["input"], "tool_use_id": read["id"]}
+    hooks = [
+        {**base, "hook_event_name": "UserPromptSubmit", "prompt": main[0]["message"]["content"]},
+        {**base, "hook_event_name": "PreToolUse", **agent_call},
+        {**sub, "hook_event_name": "SubagentStart"},
+        {**sub, "hook_event_name": "PreToolUse", **read_call},
+        {**sub, "hook_event_name": "PostToolUse", **read_call, "tool_response": {"type": "text"}},
+        {**sub, "hook_event_name": "SubagentStop", "stop_hook_active": False,
+         "agent_transcript_path": str(side_path), "last_assistant_message": "notes"},
+        {**base, "hook_event_name": "PostToolUse", **agent_call,
+         "tool_response": {"status": "completed", "agentId": agent, "content": [{"type": "text", "text": "notes"}]}},
+        {**base, "hook_event_name": "Stop", "stop_hook_active": False, "last_assistant_message": "Done."},
+    ]
+    at = datetime.fromisoformat(side[-1]["timestamp"])
+    return [(h, at + timedelta(milliseconds=100 * (i + 1))) for i, h in enumerate(hooks)]
+
+
+def test_a_subagent_whose_transcript_follows_its_hooks_has_its_task_batch(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """`hookledger serve` records a subagent's hooks as they happen and imports its
+    transcript after its SubagentStop. Before, `show <child> --json` of that order gave
+    prompt_count 1, batch_count 0 and the subagent's Read in batch 0: its task prompt
+    was recorded after the run's end (history, batch 0) and its calls before any prompt.
+    The transcript first gave batch 1 of kind task holding the Read; both orders now
+    do, and the DuckDB copy agrees."""
+    sid, agent, _stream, folder, _ = _subagent_run(tmp_path)
+    hooks = _live_subagent_hooks(sid, agent, folder)
+
+    def hook_step(services: Services) -> None:
+        for i, (payload, at) in enumerate(hooks):
+            out = ingest_hook(services.ledger, "claude-code", json.dumps(payload).encode(), f"live-{i}", at)
+            assert out.error is None, out.error
+
+    # expected, from the subagent's own file: its first input is the task, then its calls
+    side = [json.loads(line) for line in (folder / sid / "subagents" / f"agent-{agent}.jsonl").read_text().splitlines()]
+    task = side[0]["message"]["content"]
+    calls = [b for r in side if r["type"] == "assistant" for b in r["message"]["content"] if b["type"] == "tool_use"]
+    child = f"{sid}/agent-{agent}"
+    seen = {}
+    for order, steps in (("hooks first", [hook_step, _import_step([folder])]),
+                         ("transcript first", [_import_step([folder]), hook_step])):
+        s = Settings(tmp_path / order.replace(" ", "-"))
+        _run(s, steps)
+        seen[order] = views = _read(s, "claude-code")
+        row, detail = views[child]
+        assert (row["prompt_count"], row["batch_count"], row["tool_call_count"]) == (1, 1, len(calls)), order
+        assert detail["batches"] == [(1, task, len(calls), 0, "completed")], order
+        assert [(c[0], c[1]) for c in detail["tool_calls"]] == [(1, b["name"]) for b in calls], order
+        services = build(s)
+        try:
+            services.runner.catch_up()
+            catch_up(services.ledger, s.data_dir)
+            con = open_snapshot(s.data_dir)
+            try:
+                assert differences(services, con) == {}, order
+            finally:
+                con.close()
+        finally:
+            services.close()
+    assert seen["hooks first"] == seen["transcript first"]
+    # the log says why the hooks' call moved: a decision after the late task prompt
+    kinds = [type(e).__name__ for e in _events(Settings(tmp_path / "hooks-first"), "claude-code", child)]
+    assert kinds[kinds.index("PromptSubmitted"):][:3] == ["PromptSubmitted", "ActivitiesAttached", "BatchClosed"]

@@ -295,8 +295,9 @@ RECOMPUTE = [
                arg_min_null(measured_from, position) AS measured_from,
                arg_min_null(prompt_text, position) AS prompt,
                arg_min_null(prompt_kind, position) AS prompt_kind,
-               arg_min_null(len(tool_use_ids), position) AS attached_calls,
-               arg_min_null(tool_errors, position) AS attached_errors
+               -- calls made before any prompt: of a recovery batch, or a late task prompt's
+               sum(len(tool_use_ids)) FILTER (kind = 'ActivitiesAttached') AS attached_calls,
+               sum(tool_errors) FILTER (kind = 'ActivitiesAttached') AS attached_errors
         FROM ev WHERE (kind = 'PromptSubmitted' AND prompt_kind IN ('human', 'task'))
                       OR (kind = 'ActivitiesAttached' AND recovery)
         GROUP BY ALL
@@ -370,10 +371,8 @@ RECOMPUTE = [
                 WHEN c.recovery THEN 'recovery'
                 WHEN c.closer = 'end' THEN c.end_reason
                 WHEN c.closer = 'next' THEN 'next_prompt' END AS end_reason,
-           c.tool_calls + CASE WHEN c.recovery THEN coalesce(c.attached_calls, 0) ELSE 0 END
-               AS tool_call_count,
-           c.tool_errors + CASE WHEN c.recovery THEN coalesce(c.attached_errors, 0) ELSE 0 END
-               AS tool_error_count,
+           c.tool_calls + coalesce(c.attached_calls, 0) AS tool_call_count,
+           c.tool_errors + coalesce(c.attached_errors, 0) AS tool_error_count,
            coalesce(u.input_tokens, 0) AS input_tokens,
            coalesce(u.output_tokens, 0) AS output_tokens,
            coalesce(u.cost_usd, 0) AS cost_usd,
